@@ -1,0 +1,187 @@
+"""The base configuration, size presets, and validation.
+
+One base config holds every default; experiment modules under experiments/
+state only what differs. `validate` runs before anything is compiled and
+fails with a message naming what was expected and what was found.
+"""
+import math
+
+import ml_collections
+
+# name: (num_layers, hidden_size, num_heads, intermediate_size)
+# tiny/mini/small/medium follow Turc et al. 2019's compact BERTs.
+SIZES: dict[str, tuple[int, int, int, int]] = {
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
+def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
+    """Model defaults (BERT's choices) at a named size."""
+    from encoder import registry
+    layers, width, heads, ffn = registry.lookup(SIZES, size, "model size")
+    return ml_collections.ConfigDict(dict(
+        size=size,
+        vocab_size=32768,
+        hidden_size=width,
+        num_layers=layers,
+        num_heads=heads,
+        intermediate_size=ffn,
+        embedding_size=0,          # 0: same as hidden_size; E < D factorizes (ALBERT)
+        type_vocab_size=2,
+        max_position=512,
+        position="learned",        # encoder.model.positions.POSITIONS
+        rope_theta=10000.0,
+        t5_num_buckets=32,
+        t5_max_distance=128,
+        norm="post_ln",            # encoder.model.layers.NORM_PLACEMENTS
+        activation="gelu",         # encoder.model.layers.ACTIVATIONS
+        head_activation="gelu",
+        use_bias=True,
+        layer_norm_eps=1e-12,
+        dropout=0.1,
+        attention_dropout=0.1,
+        local_window=0,            # 0: global attention everywhere
+        global_every=1,            # with a window: layers 0, k, 2k... stay global
+        share_layers=False,        # ALBERT cross-layer sharing
+        tie_embeddings=True,
+        initializer_range=0.02,
+        dtype="float32",           # compute dtype; parameters stay float32
+        attention_impl="auto",     # encoder.model.attention.ATTENTION_IMPLEMENTATIONS
+        remat="none",              # encoder.model.encoder.REMAT_POLICIES
+    ))
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Every field an experiment can override, with its default."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    config.objective = "mlm"           # encoder.objectives.OBJECTIVES
+    config.pooling = "cls"             # encoder.model.heads.POOLING
+    config.init_from = ""              # a workdir of this codebase, or hf:DIR
+    config.model = model_config("tiny")
+
+    config.masking = ml_collections.ConfigDict(dict(
+        mode="token",                  # encoder.objectives.masking.MASKING_MODES
+        rate=0.15,
+        mask_prob=0.8,                 # of the selected: [MASK]
+        random_prob=0.1,               # of the selected: a random token
+        span_p=0.2,                    # span mode: a word starts a new span with this probability
+    ))
+    config.pair_task = "none"          # none | nsp | sop (auxiliary sentence-pair loss)
+
+    config.electra = ml_collections.ConfigDict(dict(
+        generator_fraction=0.25,       # generator width / discriminator width
+        generator_layers=0,            # 0: same depth as the discriminator
+        disc_weight=50.0,              # λ in L = L_gen + λ L_disc
+        temperature=1.0,               # Gumbel sampling temperature
+    ))
+
+    config.data = ml_collections.ConfigDict(dict(
+        train_files="",                # comma-separated paths/globs; empty: embedded stdlib corpus
+        valid_files="",
+        one_doc_per_line=False,
+        seq_len=128,
+        pack_mode="documents",         # documents | pairs (NSP/SOP rows)
+        restart_positions=False,       # positions restart at every packed document
+        document_mask=True,            # tokens attend only inside their document
+        tokenizer="",                  # path to a .model; empty: train one into the workdir
+        tokenizer_type="unigram",      # unigram | bpe
+        tokenizer_sample_chars=4_000_000,
+        cache_dir="",                  # empty: WORKDIR/cache
+        shuffle_buffer=0,              # 0: global shuffle (random access)
+        valid_fraction=0.05,           # embedded corpus: held-out share of documents
+        max_line_chars=100_000,
+    ))
+
+    config.train = ml_collections.ConfigDict(dict(
+        num_steps=1000,
+        batch_size=32,
+        grad_accum_steps=1,
+        learning_rate=5e-4,
+        warmup_steps=100,
+        schedule="linear",             # linear | cosine | constant
+        end_learning_rate_fraction=0.0,
+        b1=0.9,
+        b2=0.98,
+        eps=1e-6,
+        weight_decay=0.01,
+        clip_norm=1.0,
+        log_every=50,
+        eval_every=500,
+        eval_batches=20,
+        checkpoint_every=500,
+        keep_checkpoints=3,
+        progress=True,
+        peak_flops=0.0,                # 0: measured (CPU) or datasheet (GPU)
+        debug_nan_at_step=-1,          # testing hook: force a non-finite loss at this step
+    ))
+
+    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))
+    config.distributed = ml_collections.ConfigDict(dict(
+        coordinator_address="", num_processes=0, process_id=-1))
+    return config
+
+
+def validate_model(cfg, seq_len: int | None = None) -> None:
+    """Raises ValueError on an impossible model config, before compiling."""
+    from encoder import registry
+    from encoder.model import attention, encoder as encoder_lib, layers, positions
+    registry.lookup(positions.POSITIONS, cfg.position, "position scheme")
+    registry.lookup(layers.NORM_PLACEMENTS, cfg.norm, "norm placement")
+    registry.lookup(layers.ACTIVATIONS, cfg.activation, "activation")
+    registry.lookup(layers.ACTIVATIONS, cfg.head_activation, "head activation")
+    registry.lookup({k: k for k in attention.ATTENTION_IMPLEMENTATIONS}, cfg.attention_impl,
+                    "attention implementation")
+    registry.lookup({k: k for k in encoder_lib.REMAT_POLICIES}, cfg.remat, "remat policy")
+    registry.lookup({"float32": 0, "bfloat16": 0, "float16": 0}, cfg.dtype, "compute dtype")
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads "
+                         f"{cfg.num_heads}")
+    if cfg.position == "rope" and (cfg.hidden_size // cfg.num_heads) % 2:
+        raise ValueError(f"rope needs an even head dimension, got "
+                         f"{cfg.hidden_size // cfg.num_heads}")
+    for name in ("num_layers", "num_heads", "hidden_size", "intermediate_size", "vocab_size"):
+        if cfg[name] <= 0:
+            raise ValueError(f"model.{name} must be positive, got {cfg[name]}")
+    if cfg.embedding_size < 0 or cfg.embedding_size > cfg.hidden_size:
+        raise ValueError(f"embedding_size must be 0 or in [1, hidden_size={cfg.hidden_size}], "
+                         f"got {cfg.embedding_size}")
+    if cfg.local_window < 0 or cfg.local_window % 2:
+        raise ValueError(f"local_window must be 0 or a positive even width, got {cfg.local_window}")
+    if seq_len is not None and positions.POSITIONS[cfg.position].absolute is not None:
+        if seq_len > cfg.max_position:
+            raise ValueError(f"seq_len {seq_len} is longer than the {cfg.max_position} "
+                             f"{cfg.position} positions (model.max_position)")
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Validates a full experiment config (model, data, masking, objective)."""
+    from encoder import registry
+    from encoder.model import heads
+    validate_model(config.model, config.data.seq_len)
+    registry.lookup(heads.POOLING, config.pooling, "pooling rule")
+    from encoder.objectives import masking, objectives
+    registry.lookup(objectives.OBJECTIVES, config.objective, "objective")
+    registry.lookup(masking.MASKING_MODES, config.masking.mode, "masking mode")
+    registry.lookup({"none": 0, "nsp": 0, "sop": 0}, config.pair_task, "pair task")
+    m = config.masking
+    if not 0 < m.rate < 1:
+        raise ValueError(f"masking.rate must be in (0, 1), got {m.rate}")
+    if m.mask_prob < 0 or m.random_prob < 0 or m.mask_prob + m.random_prob > 1:
+        raise ValueError(f"masking.mask_prob + random_prob must be within [0, 1], "
+                         f"got {m.mask_prob} + {m.random_prob}")
+    if config.train.batch_size % config.train.grad_accum_steps:
+        raise ValueError(f"train.batch_size {config.train.batch_size} is not divisible by "
+                         f"grad_accum_steps {config.train.grad_accum_steps}")
+    if config.pair_task != "none" and config.data.pack_mode != "pairs":
+        raise ValueError(f"pair_task={config.pair_task} needs data.pack_mode='pairs'")
+
+
+def max_predictions(seq_len: int, rate: float) -> int:
+    """Static number of MLM prediction slots per row (>= any row's masked count)."""
+    return max(1, math.ceil(seq_len * rate) + 1)

@@ -1,0 +1,165 @@
+"""The encoder g(x; θ): token ids [B, T] -> contextual vectors [B, T, D].
+
+Embeddings (token + segment + absolute position, LayerNorm, dropout) feed a
+stack of blocks; the position scheme, norm placement, activation, local/global
+attention pattern and cross-layer sharing are all read from the model config.
+`encode` is the pure-function face of the module.
+
+Axes: B batch, T tokens, E embedding width, D model width, H heads.
+"""
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from encoder.model import attention as attention_lib
+from encoder.model import layers
+from encoder.model import positions as positions_lib
+
+
+class Embeddings(nn.Module):
+    """Token + segment + absolute-position embeddings, then LayerNorm and dropout.
+
+    Output width is embedding_size E (ALBERT's factorization lets E < D; the
+    encoder projects E -> D). This module can be shared by two encoders
+    (ELECTRA's generator and discriminator).
+    """
+    cfg: Any
+
+    def setup(self):
+        cfg = self.cfg
+        width = cfg.embedding_size or cfg.hidden_size
+        init = nn.initializers.normal(cfg.initializer_range)
+        self.token = nn.Embed(
+            cfg.vocab_size, width,
+            embedding_init=nn.with_logical_partitioning(init, ("vocab", "embed")))
+        if cfg.type_vocab_size:
+            self.segment = nn.Embed(
+                cfg.type_vocab_size, width,
+                embedding_init=nn.with_logical_partitioning(init, ("segments", "embed")))
+        absolute = positions_lib.POSITIONS[cfg.position].absolute
+        if absolute is not None:
+            self.position = absolute(cfg.max_position, width, cfg.initializer_range)
+        self.norm = layers.layer_norm(cfg, "norm")
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def __call__(self, input_ids, segment_ids, positions, deterministic=True):
+        x = self.token(input_ids)  # [B, T, E]
+        if self.cfg.type_vocab_size:
+            x = x + self.segment(segment_ids)
+        if positions_lib.POSITIONS[self.cfg.position].absolute is not None:
+            x = x + self.position(positions)
+        x = self.norm(x.astype(jnp.dtype(self.cfg.dtype)))
+        return self.dropout(x, deterministic)
+
+    def attend(self, x):
+        """x [..., E] -> logits [..., V] against the token table (weight tying)."""
+        return self.token.attend(x)
+
+
+def layer_is_global(cfg, index: int) -> bool:
+    """ModernBERT's alternation: with a window, every k-th layer (0, k, 2k...) is global."""
+    return not cfg.local_window or index % max(cfg.global_every, 1) == 0
+
+
+REMAT_POLICIES = ("none", "full", "dots")
+
+
+def _block_class(cfg):
+    """Block, wrapped in nn.remat when a rematerialisation policy is set."""
+    import jax  # local: only needed here
+    if cfg.remat == "none":
+        return layers.Block
+    policy = None if cfg.remat == "full" else jax.checkpoint_policies.checkpoint_dots
+    return nn.remat(layers.Block, policy=policy, static_argnums=(5,))
+
+
+class Encoder(nn.Module):
+    """The stack. Returns (hidden [B, T, D] float32, aux dict).
+
+    aux['hidden_states'] holds every layer's output (embeddings first) when
+    asked for with return_all=True.
+    """
+    cfg: Any
+    embeddings: Embeddings | None = None  # pass one to share it between encoders
+
+    def setup(self):
+        cfg = self.cfg
+        self.embed = self.embeddings if self.embeddings is not None else Embeddings(cfg)
+        width = cfg.embedding_size or cfg.hidden_size
+        if width != cfg.hidden_size:
+            self.embed_projection = nn.Dense(
+                cfg.hidden_size, dtype=jnp.dtype(cfg.dtype),
+                kernel_init=nn.with_logical_partitioning(
+                    nn.initializers.normal(cfg.initializer_range), ("embed_factor", "embed")),
+                bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("embed",)))
+        scheme = positions_lib.POSITIONS[cfg.position]
+        if scheme.bias is not None:
+            self.position_bias = scheme.bias(cfg)
+        block = _block_class(cfg)
+        if cfg.share_layers:
+            self.shared_block = block(cfg)
+        else:
+            self.blocks = [block(cfg) for _ in range(cfg.num_layers)]
+        if layers.NORM_PLACEMENTS[cfg.norm].final_norm:
+            self.final_norm = layers.layer_norm(cfg, "final_norm")
+
+    def __call__(self, input_ids, segment_ids=None, attention_mask=None, positions=None,
+                 document_ids=None, deterministic=True, return_all=False):
+        cfg = self.cfg
+        batch, length = input_ids.shape
+        if segment_ids is None:
+            segment_ids = jnp.zeros_like(input_ids)
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+
+        x = self.embed(input_ids, segment_ids, positions, deterministic)  # [B, T, E]
+        if (cfg.embedding_size or cfg.hidden_size) != cfg.hidden_size:
+            x = self.embed_projection(x)  # [B, T, D]
+        bias = self.position_bias(positions) if positions_lib.POSITIONS[cfg.position].bias else None
+        global_mask = attention_lib.make_mask(attention_mask, document_ids)
+        local_mask = (attention_lib.make_mask(attention_mask, document_ids, cfg.local_window, length)
+                      if cfg.local_window else None)
+
+        hidden_states = [x]
+        for i in range(cfg.num_layers):
+            block = self.shared_block if cfg.share_layers else self.blocks[i]
+            mask = global_mask if layer_is_global(cfg, i) else local_mask
+            x = block(x, positions, bias, mask, deterministic)
+            hidden_states.append(x)
+        if layers.NORM_PLACEMENTS[cfg.norm].final_norm:
+            x = self.final_norm(x)
+            hidden_states[-1] = x
+        aux = {"hidden_states": tuple(h.astype(jnp.float32) for h in hidden_states)} if return_all else {}
+        return x.astype(jnp.float32), aux  # [B, T, D]
+
+    def attend(self, x):
+        """Tied vocabulary projection through the token-embedding table."""
+        return self.embed.attend(x)
+
+
+def model_config(config):
+    """Accepts a full experiment config (with .model) or a model config."""
+    return config.model if "model" in config else config
+
+
+def encoder_params(params):
+    """Accepts a full model's params (an 'encoder' subtree) or bare encoder params."""
+    params = params.get("params", params)
+    return params["encoder"] if "encoder" in params else params
+
+
+def encode(config, params, input_ids, segment_ids=None, attention_mask=None,
+           positions=None, document_ids=None):
+    """g(x; θ): the pure encoder. Returns hidden [B, T, D] in float32.
+
+    attention_mask is 1 for real tokens, 0 for padding. params may be a full
+    model's params (with an 'encoder' subtree) or the encoder's own.
+    """
+    cfg = model_config(config)
+    hidden, _ = Encoder(cfg).apply(
+        {"params": encoder_params(params)}, jnp.asarray(input_ids),
+        None if segment_ids is None else jnp.asarray(segment_ids),
+        None if attention_mask is None else jnp.asarray(attention_mask),
+        positions, document_ids)
+    return hidden

@@ -1,0 +1,82 @@
+"""Encoder + head compositions that the objectives and tasks train.
+
+Every module returns (out, aux): `out` is what the loss reads, `aux` holds
+named intermediates (`encoded`, `pooled`, ...) for probes and tests.
+The encoder submodule is always named `encoder`, so `encode(config, params)`
+can read any of these models' parameters.
+"""
+from typing import Any
+
+import flax.linen as nn
+import ml_collections
+
+from encoder.model import heads
+from encoder.model.encoder import Embeddings, Encoder
+
+
+def freeze(cfg) -> ml_collections.FrozenConfigDict:
+    """Flax module attributes must be hashable: freeze ConfigDicts."""
+    if isinstance(cfg, ml_collections.FrozenConfigDict):
+        return cfg
+    return ml_collections.FrozenConfigDict(cfg)
+
+
+class MaskedLM(nn.Module):
+    """Encoder + tied MLM head (+ optional sentence-pair head for NSP/SOP)."""
+    cfg: Any
+    pair_head: bool = False
+
+    def setup(self):
+        self.encoder = Encoder(self.cfg)
+        self.mlm_head = heads.MlmHead(self.cfg)
+        if self.pair_head:
+            self.pair = heads.SequenceHead(self.cfg, num_labels=2, pooling="cls_tanh")
+
+    def __call__(self, input_ids, segment_ids, attention_mask, positions=None,
+                 document_ids=None, mlm_positions=None, deterministic=True):
+        hidden, aux = self.encoder(input_ids, segment_ids, attention_mask, positions,
+                                   document_ids, deterministic)
+        out = {"mlm_logits": self.mlm_head(hidden, mlm_positions, self.encoder.attend)}
+        if self.pair_head:
+            out["pair_logits"] = self.pair(hidden, attention_mask, deterministic)
+        return out, {**aux, "encoded": hidden}
+
+
+class Electra(nn.Module):
+    """ELECTRA (Clark et al. 2020): generator and discriminator sharing embeddings.
+
+    gen_cfg is the generator's model config (a narrower encoder with the same
+    embedding width, so the token/segment/position tables can be shared).
+    """
+    cfg: Any
+    gen_cfg: Any
+
+    def setup(self):
+        self.embeddings = Embeddings(self.cfg)
+        self.generator = Encoder(self.gen_cfg, embeddings=self.embeddings)
+        self.generator_head = heads.MlmHead(self.gen_cfg)
+        self.encoder = Encoder(self.cfg, embeddings=self.embeddings)  # the discriminator
+        self.rtd_head = heads.RtdHead(self.cfg)
+
+    def generate(self, input_ids, segment_ids, attention_mask, positions, document_ids,
+                 mlm_positions, deterministic=True):
+        """Generator MLM logits at the masked positions: [B, P, V]."""
+        hidden, _ = self.generator(input_ids, segment_ids, attention_mask, positions,
+                                   document_ids, deterministic)
+        return self.generator_head(hidden, mlm_positions, self.embeddings.attend)
+
+    def discriminate(self, input_ids, segment_ids, attention_mask, positions, document_ids,
+                     deterministic=True):
+        """Per-token 'replaced' logits [B, T] and the discriminator's hidden states."""
+        hidden, aux = self.encoder(input_ids, segment_ids, attention_mask, positions,
+                                   document_ids, deterministic)
+        return self.rtd_head(hidden), {**aux, "encoded": hidden}
+
+    def __call__(self, input_ids, segment_ids, attention_mask, positions=None,
+                 document_ids=None, mlm_positions=None, deterministic=True):
+        """Runs both halves on the same input (used by init)."""
+        gen_logits = self.generate(input_ids, segment_ids, attention_mask, positions,
+                                   document_ids, mlm_positions, deterministic)
+        rtd_logits, aux = self.discriminate(input_ids, segment_ids, attention_mask, positions,
+                                            document_ids, deterministic)
+        return {"mlm_logits": gen_logits, "rtd_logits": rtd_logits}, aux
