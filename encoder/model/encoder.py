@@ -58,8 +58,13 @@ class Embeddings(nn.Module):
 
 
 def layer_is_global(cfg, index: int) -> bool:
-    """ModernBERT's alternation: with a window, every k-th layer (0, k, 2k...) is global."""
-    return not cfg.local_window or index % max(cfg.global_every, 1) == 0
+    """ModernBERT's alternation: with a window, layers 0, k, 2k... are global.
+
+    global_every=0 makes every layer local.
+    """
+    if not cfg.local_window:
+        return True
+    return cfg.global_every > 0 and index % cfg.global_every == 0
 
 
 REMAT_POLICIES = ("none", "full", "dots")

@@ -1,0 +1,28 @@
+"""Test set-up: eight simulated CPU devices, created before jax is imported."""
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                           " --xla_force_host_platform_device_count=8").strip()
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture
+def tiny_cfg():
+    """A small model config with dropout off, for property tests."""
+    from encoder import config
+    cfg = config.model_config("tiny")
+    cfg.vocab_size = 101
+    cfg.hidden_size = 32
+    cfg.num_heads = 4
+    cfg.intermediate_size = 64
+    cfg.max_position = 64
+    cfg.dropout = 0.0
+    cfg.attention_dropout = 0.0
+    return cfg

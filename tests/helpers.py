@@ -1,0 +1,23 @@
+"""Shared test helpers: build and initialise small models."""
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from encoder.model import models
+
+
+def init_masked_lm(cfg, batch=2, length=16, seed=0):
+    model = models.MaskedLM(models.freeze(cfg))
+    ids = jnp.full((batch, length), 5, jnp.int32)
+    variables = model.init(jax.random.key(seed), ids, None, jnp.ones((batch, length), jnp.int32),
+                           mlm_positions=jnp.zeros((batch, 2), jnp.int32))
+    return model, nn.unbox(variables)["params"]
+
+
+def random_ids(rng, batch, length, vocab, low=5):
+    return np.asarray(rng.integers(low, vocab, size=(batch, length)), dtype=np.int32)
+
+
+def count(tree) -> int:
+    return sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))

