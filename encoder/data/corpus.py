@@ -1,0 +1,163 @@
+"""Corpora: plain-text files, folders and globs, and the embedded default corpus.
+
+A document is a block of lines separated by a blank line (or one line, with
+one_doc_per_line). Bad input never crashes a run: binary and empty files,
+undecodable bytes and absurdly long lines are skipped or repaired and counted
+in CorpusStats. An empty corpus is an error.
+
+The embedded corpus needs no download: it is the Python standard library's own
+documentation, the `pydoc_data` topics plus the docstrings of the
+standard-library modules (read with `ast`, without importing anything).
+"""
+import ast
+import dataclasses
+import glob
+import os
+import sysconfig
+import zlib
+from typing import Iterable, Iterator
+
+BINARY_SNIFF_BYTES = 8192
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    files: int = 0
+    documents: int = 0
+    lines: int = 0
+    skipped_binary_files: int = 0
+    skipped_empty_files: int = 0
+    skipped_long_lines: int = 0
+    repaired_lines: int = 0  # had undecodable bytes, replaced with U+FFFD
+
+    def summary(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+
+
+def expand_paths(spec: str | Iterable[str]) -> list[str]:
+    """Comma-separated paths, globs and folders (recursive) -> sorted file list."""
+    items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
+    files = []
+    for item in filter(None, items):
+        if os.path.isdir(item):
+            for root, _, names in os.walk(item):
+                files.extend(os.path.join(root, n) for n in names)
+        elif any(c in item for c in "*?["):
+            matched = [p for p in glob.glob(item, recursive=True) if os.path.isfile(p)]
+            if not matched:
+                raise FileNotFoundError(f"glob {item!r} matched no file")
+            files.extend(matched)
+        elif os.path.isfile(item):
+            files.append(item)
+        else:
+            raise FileNotFoundError(f"no such file, folder or glob: {item!r}")
+    return sorted(set(files))
+
+
+def _is_binary(path: str) -> bool:
+    with open(path, "rb") as f:
+        return b"\x00" in f.read(BINARY_SNIFF_BYTES)
+
+
+def read_documents(paths: Iterable[str], one_doc_per_line: bool = False,
+                   max_line_chars: int = 100_000,
+                   stats: CorpusStats | None = None) -> Iterator[str]:
+    """Yields documents from text files, counting what it skips or repairs."""
+    stats = stats if stats is not None else CorpusStats()
+    for path in paths:
+        if os.path.getsize(path) == 0:
+            stats.skipped_empty_files += 1
+            continue
+        if _is_binary(path):
+            stats.skipped_binary_files += 1
+            continue
+        stats.files += 1
+        block: list[str] = []
+        with open(path, "rb") as f:
+            for raw in f:
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    line = raw.decode("utf-8", errors="replace")
+                    stats.repaired_lines += 1
+                line = line.rstrip("\r\n")
+                if len(line) > max_line_chars:
+                    stats.skipped_long_lines += 1
+                    continue
+                stats.lines += 1
+                if one_doc_per_line:
+                    if line.strip():
+                        stats.documents += 1
+                        yield line.strip()
+                elif line.strip():
+                    block.append(line.strip())
+                elif block:
+                    stats.documents += 1
+                    yield "\n".join(block)
+                    block = []
+        if block:
+            stats.documents += 1
+            yield "\n".join(block)
+
+
+def _docstrings(source: str) -> Iterator[str]:
+    tree = ast.parse(source)
+    nodes = [tree] + [n for n in ast.walk(tree)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    for node in nodes:
+        doc = ast.get_docstring(node)
+        if doc and len(doc) >= 40:
+            yield doc
+
+
+def stdlib_documents() -> list[str]:
+    """The pydoc topics and the stdlib modules' docstrings, in a fixed order."""
+    from pydoc_data import topics
+    docs = [topics.topics[k].strip() for k in sorted(topics.topics)]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    files = []
+    for root, dirs, names in os.walk(stdlib):
+        dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "test", "tests",
+                                                      "idlelib", "__pycache__", "lib2to3"))
+        files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(".py"))
+    for path in sorted(files):
+        try:
+            with open(path, encoding="utf-8") as f:
+                docs.extend(_docstrings(f.read()))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue  # a few stdlib files are deliberately broken (test data)
+    return [d for d in docs if d]
+
+
+def is_validation(doc: str, valid_fraction: float) -> bool:
+    """Deterministic split by content hash: stable across runs and machines."""
+    return (zlib.crc32(doc.encode("utf-8")) % 10_000) < valid_fraction * 10_000
+
+
+def load_corpus(data_cfg) -> tuple[list[str], list[str], CorpusStats]:
+    """Train and validation documents from the data config.
+
+    No train_files: the embedded corpus, split by content hash. train_files
+    without valid_files: the same hash split of the given files.
+    """
+    stats = CorpusStats()
+    if data_cfg.train_files:
+        docs = list(read_documents(expand_paths(data_cfg.train_files), data_cfg.one_doc_per_line,
+                                   data_cfg.max_line_chars, stats))
+        if data_cfg.valid_files:
+            valid = list(read_documents(expand_paths(data_cfg.valid_files),
+                                        data_cfg.one_doc_per_line, data_cfg.max_line_chars,
+                                        CorpusStats()))
+            train = docs
+        else:
+            train = [d for d in docs if not is_validation(d, data_cfg.valid_fraction)]
+            valid = [d for d in docs if is_validation(d, data_cfg.valid_fraction)]
+    else:
+        docs = stdlib_documents()
+        stats.documents = len(docs)
+        train = [d for d in docs if not is_validation(d, data_cfg.valid_fraction)]
+        valid = [d for d in docs if is_validation(d, data_cfg.valid_fraction)]
+    if not train:
+        raise ValueError(f"the training corpus is empty ({stats.summary()}); "
+                         f"check data.train_files={data_cfg.train_files!r}")
+    return train, valid, stats

@@ -1,0 +1,227 @@
+"""Tokenizers: one small interface over sentencepiece and WordPiece vocabularies.
+
+Our sentencepiece models reserve fixed ids for the special tokens:
+[PAD]=0, [UNK]=1, [CLS]=2, [SEP]=3, [MASK]=4. They are control symbols, so
+normal text never produces them (the string "[MASK]" in text is split into
+ordinary pieces). An imported HuggingFace checkpoint brings its own WordPiece
+vocabulary (through the `tokenizers` library) behind the same interface.
+
+`word_start_table()` marks, for every vocabulary id, whether the piece starts
+a word; whole-word and span masking read it on device.
+"""
+import abc
+import os
+import tempfile
+from typing import Iterable, Sequence
+
+import numpy as np
+
+SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = range(5)
+
+
+class Tokenizer(abc.ABC):
+    """What the rest of the codebase needs from a tokenizer."""
+    pad_id: int
+    unk_id: int
+    cls_id: int
+    sep_id: int
+    mask_id: int
+
+    @property
+    @abc.abstractmethod
+    def vocab_size(self) -> int: ...
+
+    @abc.abstractmethod
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids, no special tokens."""
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    @abc.abstractmethod
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text; special tokens are dropped."""
+
+    @abc.abstractmethod
+    def word_start_table(self) -> np.ndarray:
+        """bool [V]: True where a piece begins a new word (special tokens too)."""
+
+    @property
+    def special_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id}))
+
+    def fingerprint(self) -> str:
+        """A string that changes whenever the tokenization would."""
+        raise NotImplementedError
+
+    def encode_example(self, text: str, pair: str | None = None, max_len: int = 128) -> dict:
+        """[CLS] a [SEP] (b [SEP]) padded to max_len, truncating the longer side first.
+
+        Returns int32 arrays input_ids, segment_ids, attention_mask of length max_len.
+        """
+        a = self.encode(text)
+        b = self.encode(pair) if pair is not None else None
+        a, b = truncate_longest_first(a, b, max_len - (3 if b is not None else 2))
+        ids = [self.cls_id] + a + [self.sep_id]
+        seg = [0] * len(ids)
+        if b is not None:
+            ids += b + [self.sep_id]
+            seg += [1] * (len(b) + 1)
+        n = len(ids)
+        pad = max_len - n
+        return {
+            "input_ids": np.asarray(ids + [self.pad_id] * pad, np.int32),
+            "segment_ids": np.asarray(seg + [0] * pad, np.int32),
+            "attention_mask": np.asarray([1] * n + [0] * pad, np.int32),
+        }
+
+
+def truncate_longest_first(a: list, b: list | None, budget: int):
+    """Drops tokens from the end of the longer sequence until both fit in budget."""
+    if budget < (2 if b is not None else 1):
+        raise ValueError(f"max_len leaves room for {budget} tokens; too short for the input")
+    a = list(a)
+    if b is None:
+        return a[:budget], None
+    b = list(b)
+    while len(a) + len(b) > budget:
+        (a if len(a) >= len(b) else b).pop()
+    return a, b
+
+
+class SentencePieceTokenizer(Tokenizer):
+    """A sentencepiece model with this codebase's fixed special ids."""
+    pad_id, unk_id, cls_id, sep_id, mask_id = PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID
+
+    def __init__(self, model_path: str):
+        import sentencepiece as spm
+        self.path = model_path
+        self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        found = [self.sp.id_to_piece(i) for i in range(len(SPECIAL_TOKENS))]
+        if tuple(found) != SPECIAL_TOKENS:
+            raise ValueError(f"{model_path}: expected special pieces {SPECIAL_TOKENS} at ids 0-4, "
+                             f"found {tuple(found)}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.sp.encode(text)
+
+    def encode_batch(self, texts):
+        return self.sp.encode(list(texts), num_threads=os.cpu_count() or 1)
+
+    def decode(self, ids):
+        return self.sp.decode([int(i) for i in ids if int(i) >= len(SPECIAL_TOKENS)])
+
+    def word_start_table(self) -> np.ndarray:
+        pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
+        table = np.array([p.startswith("\u2581") for p in pieces])
+        table[: len(SPECIAL_TOKENS)] = True
+        return table
+
+    def fingerprint(self) -> str:
+        import hashlib
+        with open(self.path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def train_sentencepiece(texts: Iterable[str], model_prefix: str, vocab_size: int,
+                        model_type: str = "unigram", max_chars: int = 4_000_000) -> str:
+    """Trains a sentencepiece model on texts; returns the .model path.
+
+    Writes at most max_chars of text to a temporary file first (sentencepiece
+    samples sentences anyway; this bounds memory and time on large corpora).
+    """
+    import sentencepiece as spm
+    if model_type not in ("unigram", "bpe"):
+        raise ValueError(f"Unknown tokenizer type {model_type!r}; valid names: bpe, unigram")
+    os.makedirs(os.path.dirname(os.path.abspath(model_prefix)), exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False, encoding="utf-8") as f:
+        written = 0
+        for text in texts:
+            for line in text.splitlines():
+                line = line.strip()
+                if line:
+                    f.write(line + "\n")
+                    written += len(line) + 1
+            if written >= max_chars:
+                break
+        path = f.name
+    if written == 0:
+        os.unlink(path)
+        raise ValueError("cannot train a tokenizer on an empty corpus")
+    try:
+        spm.SentencePieceTrainer.train(
+            input=path, model_prefix=model_prefix, vocab_size=vocab_size, model_type=model_type,
+            pad_id=PAD_ID, unk_id=UNK_ID, bos_id=CLS_ID, eos_id=SEP_ID,
+            pad_piece="[PAD]", unk_piece="[UNK]", bos_piece="[CLS]", eos_piece="[SEP]",
+            control_symbols=["[MASK]"], character_coverage=0.9995, byte_fallback=False,
+            hard_vocab_limit=False, num_threads=os.cpu_count() or 1,
+            input_sentence_size=2_000_000, shuffle_input_sentence=True, minloglevel=2)
+    finally:
+        os.unlink(path)
+    return model_prefix + ".model"
+
+
+class WordPieceTokenizer(Tokenizer):
+    """A HuggingFace BERT vocabulary (tokenizer.json or vocab.txt)."""
+
+    def __init__(self, folder: str):
+        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import decoders, normalizers, pre_tokenizers
+        from tokenizers.models import WordPiece
+        tj = os.path.join(folder, "tokenizer.json")
+        if os.path.exists(tj):
+            tok = HFTokenizer.from_file(tj)
+        else:
+            vocab = os.path.join(folder, "vocab.txt")
+            if not os.path.exists(vocab):
+                raise FileNotFoundError(f"{folder}: expected tokenizer.json or vocab.txt")
+            tok = HFTokenizer(WordPiece.from_file(vocab, unk_token="[UNK]"))
+            tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+            tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+            tok.decoder = decoders.WordPiece()
+        tok.no_truncation()
+        tok.no_padding()
+        tok.post_processor = None
+        self.tok = tok
+        self.folder = folder
+        ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
+        missing = [t for t, i in ids.items() if i is None]
+        if missing:
+            raise ValueError(f"{folder}: vocabulary lacks special tokens {missing}")
+        self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
+            ids[t] for t in SPECIAL_TOKENS)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size()
+
+    def encode(self, text):
+        return self.tok.encode(text, add_special_tokens=False).ids
+
+    def encode_batch(self, texts):
+        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def decode(self, ids):
+        return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
+
+    def word_start_table(self) -> np.ndarray:
+        table = np.ones(self.vocab_size, bool)
+        for piece, i in self.tok.get_vocab().items():
+            table[i] = not piece.startswith("##")
+        return table
+
+    def fingerprint(self) -> str:
+        import hashlib
+        return hashlib.sha256(self.tok.to_str().encode()).hexdigest()[:16]
+
+
+def load(path: str) -> Tokenizer:
+    """A .model file -> sentencepiece; a folder -> WordPiece (HF checkpoint)."""
+    if os.path.isdir(path):
+        return WordPieceTokenizer(path)
+    return SentencePieceTokenizer(path)
