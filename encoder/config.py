@@ -185,3 +185,76 @@ def validate(config: ml_collections.ConfigDict) -> None:
 def max_predictions(seq_len: int, rate: float) -> int:
     """Static number of MLM prediction slots per row (>= any row's masked count)."""
     return max(1, math.ceil(seq_len * rate) + 1)
+
+
+def _coerce(value: str):
+    for cast in (int, float):
+        try:
+            return cast(value)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(value.lower(), value)
+
+
+def parse_arg(arg: str | None) -> dict:
+    """'size=tiny,objective=rtd,runlocal' -> {'size': 'tiny', 'objective': 'rtd', 'runlocal': True}."""
+    options = {}
+    for item in filter(None, (s.strip() for s in (arg or "").split(","))):
+        key, sep, value = item.partition("=")
+        options[key.strip()] = _coerce(value.strip()) if sep else True
+    return options
+
+
+def _set_size(c, v):
+    keep = {k: c.model[k] for k in ("vocab_size",)}
+    c.model.update(model_config(v))
+    c.model.update(keep)
+
+
+# Options an experiment argument may set: name -> how it changes the config.
+OPTIONS = {
+    "size": _set_size,
+    "objective": lambda c, v: setattr(c, "objective", v),
+    "position": lambda c, v: setattr(c.model, "position", v),
+    "pooling": lambda c, v: setattr(c, "pooling", v),
+    "norm": lambda c, v: setattr(c.model, "norm", v),
+    "activation": lambda c, v: setattr(c.model, "activation", v),
+    "masking": lambda c, v: setattr(c.masking, "mode", v),
+    "mask_rate": lambda c, v: setattr(c.masking, "rate", float(v)),
+    "seed": lambda c, v: setattr(c, "seed", int(v)),
+    "steps": lambda c, v: setattr(c.train, "num_steps", int(v)),
+    "runlocal": lambda c, v: runlocal(c) if v else None,
+}
+
+
+def runlocal(c: ml_collections.ConfigDict) -> None:
+    """Shrinks any experiment so it runs in seconds on a laptop CPU (and in tests)."""
+    c.model.update({k: v for k, v in model_config("tiny").items()
+                    if k in ("hidden_size", "num_layers", "num_heads", "intermediate_size")})
+    c.model.num_layers = min(c.model.num_layers, 2)
+    if c.model.embedding_size:
+        c.model.embedding_size = min(c.model.embedding_size, 64)
+    c.model.vocab_size = 1000
+    c.model.max_position = 512
+    if c.model.local_window:
+        c.model.local_window = 16
+    c.data.seq_len = 64
+    c.data.tokenizer_sample_chars = 300_000
+    c.train.update(dict(num_steps=20, batch_size=8, warmup_steps=5, log_every=5, eval_every=20,
+                        eval_batches=2, checkpoint_every=20, progress=False))
+
+
+def experiment(arg: str | None, **defaults) -> ml_collections.ConfigDict:
+    """base_config, then the experiment's defaults, then the command-line arg.
+
+    defaults and arg use the OPTIONS names (runlocal last, so it always shrinks).
+    """
+    from encoder import registry
+    config = base_config()
+    options = {**defaults, **parse_arg(arg)}
+    shrink = options.pop("runlocal", False)
+    for key, value in options.items():
+        registry.lookup(OPTIONS, key, "experiment option")(config, value)
+    if shrink:
+        runlocal(config)
+    return config

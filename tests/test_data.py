@@ -174,11 +174,18 @@ def test_process_sharding_is_disjoint_and_complete():
     rows = _rows(n=48)
     seen = []
     for p in range(3):
-        it = pipeline.batch_iterator(rows, 4, seed=0, repeat=False, process_index=p,
+        it = pipeline.batch_iterator(rows, 12, seed=0, repeat=False, process_index=p,
                                      process_count=3)
         seen.append({int(b[0]) for batch in it for b in batch["input_ids"]})
     assert sum(len(s) for s in seen) == 48
     assert set.union(*seen) == {int(r[0]) for r in rows["input_ids"]}
+    # Together the processes see exactly the single-process global batches.
+    single = pipeline.batch_iterator(rows, 12, seed=0, repeat=False)
+    parts = [pipeline.batch_iterator(rows, 12, seed=0, repeat=False, process_index=p,
+                                     process_count=3) for p in range(3)]
+    for batch in single:
+        np.testing.assert_array_equal(
+            np.concatenate([next(it)["input_ids"] for it in parts]), batch["input_ids"])
 
 
 def test_token_cache_is_reused(sp_tokenizer, stdlib_docs, tmp_path, monkeypatch):

@@ -5,9 +5,10 @@ cache keyed by a fingerprint of the corpus text and the tokenizer, so a second
 run does not tokenize again. `batch_iterator` wraps the rows in a grain
 MapDataset pipeline:
 
-    rows[process_index::process_count] -> shuffle(seed) -> repeat -> batch
+    rows -> shuffle(seed) -> repeat -> global batch -> this process's block
 
-Each process reads a disjoint slice; together they read every row. The
+Each process keeps a disjoint block of every global batch; together they read
+every row, and a step's global batch is the same for any process count. The
 iterator's state is a small dict (`get_state`/`set_state`) that the
 checkpoint stores, so a restored run sees exactly the batches an
 uninterrupted one would have. Masking is not done here: it runs on device,
@@ -97,22 +98,32 @@ class Rows:
 
 def dataset(rows: dict, batch_size: int, seed: int, shuffle: bool = True, repeat: bool = True,
             process_index: int = 0, process_count: int = 1) -> grain.MapDataset:
-    """The grain pipeline for one process; batch_size is this process's share."""
-    n = len(rows["input_ids"])
-    if n < process_count:
-        raise ValueError(f"{n} rows cannot be shared by {process_count} processes")
-    ds = grain.MapDataset.source(Rows(rows))[process_index::process_count]
+    """The grain pipeline for one process; batch_size is the global batch.
+
+    Every process builds the same global batches (the same shuffle) and keeps
+    its contiguous block of batch_size / process_count rows, so the data a
+    step sees does not depend on how many processes share it.
+    """
+    if batch_size % process_count:
+        raise ValueError(f"global batch {batch_size} is not divisible by {process_count} "
+                         "processes")
+    local = batch_size // process_count
+    ds = grain.MapDataset.source(Rows(rows))
     if shuffle:
         ds = ds.shuffle(seed=seed)
     if repeat:
         ds = ds.repeat(None)
-    return ds.batch(batch_size, drop_remainder=repeat)
+    ds = ds.batch(batch_size, drop_remainder=repeat)
+    if process_count > 1:
+        lo = process_index * local
+        ds = ds.map(lambda b: {k: v[lo:lo + local] for k, v in b.items()})
+    return ds
 
 
 def batch_iterator(rows: dict, batch_size: int, seed: int, shuffle: bool = True,
                    repeat: bool = True, process_index: int = 0, process_count: int = 1,
                    prefetch_threads: int = 0):
-    """A checkpointable iterator of numpy batches (get_state / set_state)."""
+    """A checkpointable iterator of this process's numpy batches (get_state / set_state)."""
     ds = dataset(rows, batch_size, seed, shuffle, repeat, process_index, process_count)
     options = grain.ReadOptions(num_threads=prefetch_threads, prefetch_buffer_size=
                                 max(1, 2 * prefetch_threads)) if prefetch_threads else None

@@ -26,21 +26,25 @@ Axes: B batch, T tokens, P prediction slots.
 import jax
 import jax.numpy as jnp
 
-MASKING_MODES = ("token", "whole_word", "span")
 
 
-def _unit_starts(mode, rng, input_ids, word_start_table, span_p):
-    """bool [B, T]: where a new masking unit begins (before candidate masking)."""
-    if mode == "token":
-        return jnp.ones(input_ids.shape, bool)
-    if word_start_table is None:
-        raise ValueError(f"masking mode {mode!r} needs the tokenizer's word_start_table")
-    word_start = jnp.asarray(word_start_table)[input_ids]
-    if mode == "whole_word":
-        return word_start
-    if mode == "span":
-        return word_start & jax.random.bernoulli(rng, span_p, input_ids.shape)
-    raise ValueError(f"Unknown masking mode {mode!r}; valid names: {', '.join(MASKING_MODES)}")
+def token_units(rng, input_ids, word_start, span_p):
+    """Every token is its own unit."""
+    return jnp.ones(input_ids.shape, bool)
+
+
+def word_units(rng, input_ids, word_start, span_p):
+    """A unit is a word: a word-start piece plus its continuation pieces."""
+    return word_start
+
+
+def span_units(rng, input_ids, word_start, span_p):
+    """A unit is a run of words; each word starts a new run with probability span_p."""
+    return word_start & jax.random.bernoulli(rng, span_p, input_ids.shape)
+
+
+# name -> (rng, input_ids, word_start [B, T], span_p) -> unit starts bool [B, T]
+MASKING_MODES = {"token": token_units, "whole_word": word_units, "span": span_units}
 
 
 def candidates_mask(input_ids, attention_mask, special_ids):
@@ -95,7 +99,12 @@ def corrupt(rng, input_ids, attention_mask, *, rate: float, max_predictions: int
     """
     k_units, k_select, k_action, k_random = jax.random.split(rng, 4)
     cand = candidates_mask(input_ids, attention_mask, special_ids)
-    starts = _unit_starts(mode, k_units, input_ids, word_start_table, span_p)
+    if mode not in MASKING_MODES:
+        raise ValueError(f"Unknown masking mode {mode!r}; valid names: {', '.join(MASKING_MODES)}")
+    if mode != "token" and word_start_table is None:
+        raise ValueError(f"masking mode {mode!r} needs the tokenizer's word_start_table")
+    word_start = None if word_start_table is None else jnp.asarray(word_start_table)[input_ids]
+    starts = MASKING_MODES[mode](k_units, input_ids, word_start, span_p)
     positions, weights, selected = select(k_select, cand, starts, rate, max_predictions)
 
     u = jax.random.uniform(k_action, input_ids.shape)

@@ -1,0 +1,51 @@
+"""The one entry point: pretrain (more modes arrive with their issues).
+
+    python -m encoder.main --config=experiments/pretrain.py:size=tiny,runlocal --workdir=DIR
+"""
+import json
+
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+config_flags.DEFINE_config_file("config", None, "experiment file[:arg]", lock_config=True)
+flags.DEFINE_string("workdir", None, "where checkpoints, metrics and the tokenizer go",
+                    required=True)
+FLAGS = flags.FLAGS
+
+
+def init_distributed(dist_cfg) -> None:
+    """jax.distributed.initialize: explicit flags, 'auto' for managed clusters, or none."""
+    import jax
+    if dist_cfg.coordinator_address == "auto":
+        jax.distributed.initialize()
+    elif dist_cfg.coordinator_address:
+        jax.distributed.initialize(dist_cfg.coordinator_address, dist_cfg.num_processes,
+                                   dist_cfg.process_id)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+    config = FLAGS.config
+    init_distributed(config.distributed)
+    mode = config.get("mode", "pretrain")
+    if mode != "pretrain":
+        raise app.UsageError(f"mode {mode!r} is not built yet; valid modes: pretrain")
+    from encoder.train import loop
+    result = loop.train(config, FLAGS.workdir)
+    logging.info("final: %s", result)
+    summary = {k: v for k, v in result.items() if k.startswith("eval/") or k in (
+        "step", "train/loss", "parameters")}
+    print(json.dumps(summary, indent=1))
+    if "eval/mlm_accuracy" in result and "eval/mlm_baseline_accuracy" in result:
+        print(f"held-out masked-token accuracy {result['eval/mlm_accuracy']:.3f} vs. "
+              f"most-frequent-token baseline {result['eval/mlm_baseline_accuracy']:.3f}")
+    if "eval/rtd_accuracy" in result:
+        print(f"held-out replaced-token detection accuracy {result['eval/rtd_accuracy']:.3f} vs. "
+              f"all-original baseline {result['eval/rtd_baseline_accuracy']:.3f}")
+
+
+if __name__ == "__main__":
+    app.run(main)

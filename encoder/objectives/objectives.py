@@ -1,0 +1,79 @@
+"""The objective registry: name -> (model builder, loss function).
+
+A loss function has the signature loss_fn(params, batch, rng, ctx,
+deterministic) -> (loss, metrics); `ctx` (an ObjectiveContext) carries the
+model module, the config and the tokenizer constants the corruption needs.
+"""
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from encoder import config as config_lib
+from encoder.model import models
+from encoder.objectives import mlm, rtd
+
+
+def generator_config(cfg, fraction: float, layers: int = 0):
+    """ELECTRA's generator: the discriminator's config at a fraction of its width.
+
+    Keeps the embedding width (shared tables) and the head dimension where it can.
+    """
+    gen = cfg.copy_and_resolve_references()
+    width = max(int(round(cfg.hidden_size * fraction)), 1)
+    head_dim = cfg.hidden_size // cfg.num_heads
+    gen.num_heads = max(1, width // head_dim)
+    gen.hidden_size = gen.num_heads * head_dim
+    gen.intermediate_size = max(1, int(round(cfg.intermediate_size * fraction)))
+    gen.num_layers = layers or cfg.num_layers
+    gen.embedding_size = cfg.embedding_size or cfg.hidden_size
+    return gen
+
+
+def build_mlm(config):
+    return models.MaskedLM(models.freeze(config.model), pair_head=config.pair_task != "none")
+
+
+def build_rtd(config):
+    e = config.electra
+    return models.Electra(models.freeze(config.model), models.freeze(
+        generator_config(config.model, e.generator_fraction, e.generator_layers)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+    build_model: Callable[[Any], Any]
+    loss_fn: Callable
+    eval_keys: tuple[str, ...]  # metrics reported under eval/
+
+
+OBJECTIVES: dict[str, Objective] = {
+    "mlm": Objective(build_mlm, mlm.loss_fn,
+                     ("loss", "mlm_loss", "mlm_accuracy", "mlm_baseline_accuracy",
+                      "pair_accuracy")),
+    "rtd": Objective(build_rtd, rtd.loss_fn,
+                     ("loss", "gen_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy",
+                      "rtd_baseline_accuracy", "rtd_precision", "rtd_recall")),
+}
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ObjectiveContext:
+    """Everything a loss function reads besides params, batch and rng."""
+    config: Any
+    model: Any
+    special_ids: tuple[int, ...]
+    mask_id: int
+    word_start_table: np.ndarray | None
+    most_frequent_id: int
+    max_predictions: int
+
+
+def make_context(config, tokenizer, most_frequent_id: int) -> ObjectiveContext:
+    objective = OBJECTIVES[config.objective]
+    return ObjectiveContext(
+        config=config, model=objective.build_model(config), special_ids=tokenizer.special_ids,
+        mask_id=tokenizer.mask_id,
+        word_start_table=tokenizer.word_start_table() if config.masking.mode != "token" else None,
+        most_frequent_id=most_frequent_id,
+        max_predictions=config_lib.max_predictions(config.data.seq_len, config.masking.rate))

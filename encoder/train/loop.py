@@ -1,0 +1,350 @@
+"""Pretraining: one pure, jit-compiled train step over a device mesh, and the loop.
+
+    step(state, batch, rng) -> (state, metrics)
+
+is the only function compiled for training. Parameters and optimizer state are
+sharded by their logical axes (partitioning.RULES), the batch over the data
+axes, and the old state is donated. The loop reads step N-1's metrics after
+dispatching step N (so the host never stalls the device), checks them for
+non-finite values, logs, evaluates, checkpoints every N steps, at the end and
+on SIGTERM, and resumes from the workdir's latest checkpoint by itself.
+"""
+import dataclasses
+import math
+import os
+import signal
+import time
+from typing import Any
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+from encoder import config as config_lib
+from encoder.data import corpus, pipeline, tokenizer as tokenizer_lib
+from encoder.objectives import objectives
+from encoder.train import checkpoint, flops, metrics_io, optimizer, partitioning
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def make_step(ctx, tx, loss_fn, grad_accum: int = 1, nan_at_step: int = -1):
+    """The pure train step; grad_accum > 1 scans over micro-batches."""
+
+    def grads_and_metrics(params, batch, rng):
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng, ctx)
+        return grads, metrics
+
+    def step(state: TrainState, batch: dict, rng: jax.Array):
+        if grad_accum == 1:
+            grads, metrics = grads_and_metrics(state.params, batch, rng)
+        else:
+            # Micro-batch i takes rows i, i+A, ...: each micro-batch spans every device.
+            micro = jax.tree.map(
+                lambda x: x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:])
+                .swapaxes(0, 1), batch)
+
+            def body(carry, xs):
+                mb, i = xs
+                g, m = grads_and_metrics(state.params, mb, jax.random.fold_in(rng, i))
+                return jax.tree.map(jnp.add, carry, (g, m)), None
+
+            zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
+                grads_and_metrics, state.params, jax.tree.map(lambda x: x[0], micro), rng))
+            (grads, metrics), _ = jax.lax.scan(body, zeros, (micro, jnp.arange(grad_accum)))
+            grads, metrics = jax.tree.map(lambda x: x / grad_accum, (grads, metrics))
+        if nan_at_step >= 0:  # testing hook for the non-finite-loss path
+            poison = jnp.where(state.step == nan_at_step, jnp.nan, 1.0)
+            grads = jax.tree.map(lambda g: g * poison, grads)
+            metrics = {**metrics, "loss": metrics["loss"] * poison}
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+        return TrainState(state.step + 1, params, opt_state), metrics
+
+    return step
+
+
+@dataclasses.dataclass
+class Run:
+    """Everything a pretraining run holds besides the loop's local variables."""
+    config: Any
+    workdir: str
+    mesh: Any
+    tokenizer: Any
+    ctx: Any
+    tx: Any
+    train_rows: dict
+    valid_rows: dict
+    state_shardings: Any
+    step_fn: Any
+    eval_fn: Any
+    flops_per_step: float
+    batch_sharding: Any
+    replicated: Any
+
+
+def load_tokenizer(config, workdir: str, train_docs: list[str]):
+    """The configured tokenizer, or one trained into WORKDIR/tokenizer (process 0)."""
+    if config.data.tokenizer:
+        return tokenizer_lib.load(config.data.tokenizer)
+    path = os.path.join(workdir, "tokenizer", "sp.model")
+    if jax.process_index() == 0 and not os.path.exists(path):
+        tokenizer_lib.train_sentencepiece(train_docs, path[:-len(".model")],
+                                          config.model.vocab_size, config.data.tokenizer_type,
+                                          config.data.tokenizer_sample_chars)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("tokenizer")
+    return tokenizer_lib.load(path)
+
+
+def most_frequent_token(rows: dict, special_ids) -> int:
+    ids = rows["input_ids"][rows["attention_mask"].astype(bool)]
+    counts = np.bincount(ids)
+    counts[[i for i in special_ids if i < len(counts)]] = 0
+    return int(np.argmax(counts))
+
+
+def init_state(run_model, config, tx, mesh, max_predictions: int):
+    """Sharded initial state: eval_shape -> shardings -> jit(init, out_shardings)."""
+    seq = config.data.seq_len
+    dummy = jnp.ones((1, seq), jnp.int32)
+
+    def init_params(rng):
+        return run_model.init(rng, dummy, dummy * 0, dummy, mlm_positions=jnp.zeros(
+            (1, max_predictions), jnp.int32))["params"]
+
+    rng = jax.random.key(config.seed)
+    boxed = jax.eval_shape(init_params, rng)
+    p_shard = partitioning.param_shardings(boxed, mesh)
+    params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=p_shard)(rng)
+    opt_abstract = jax.eval_shape(tx.init, params)
+    o_shard = optax.tree_map_params(tx, lambda _, s: s, opt_abstract, p_shard,
+                                    transform_non_params=lambda _: partitioning.replicated(mesh))
+    opt_state = jax.jit(tx.init, out_shardings=o_shard)(params)
+    shardings = TrainState(partitioning.replicated(mesh), p_shard, o_shard)
+    state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), partitioning.replicated(mesh)),
+                       params, opt_state)
+    return state, shardings
+
+
+def setup(config, workdir: str, devices=None) -> Run:
+    config_lib.validate(config)
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    train_docs, valid_docs, stats = corpus.load_corpus(config.data)
+    logging.info("corpus: %d train / %d valid documents (%s)", len(train_docs), len(valid_docs),
+                 stats.summary())
+    tok = load_tokenizer(config, workdir, train_docs)
+    if tok.vocab_size != config.model.vocab_size:
+        raise ValueError(f"tokenizer has {tok.vocab_size} ids but model.vocab_size is "
+                         f"{config.model.vocab_size}")
+    cache = config.data.cache_dir or os.path.join(workdir, "cache")
+    train_rows = pipeline.build_rows(train_docs, tok, config.data, cache, config.pair_task,
+                                     config.seed)
+    valid_rows = pipeline.build_rows(valid_docs or train_docs[:50], tok, config.data, cache,
+                                     config.pair_task, config.seed + 1)
+    ctx = objectives.make_context(config, tok, most_frequent_token(train_rows, tok.special_ids))
+    tx = optimizer.make_optimizer(config.train)
+    objective = objectives.OBJECTIVES[config.objective]
+    step = make_step(ctx, tx, objective.loss_fn, config.train.grad_accum_steps,
+                     config.train.debug_nan_at_step)
+    # Shardings are known only after init; compile_fns wraps step_fn in jit then.
+    gen_cfg = objectives.generator_config(config.model, config.electra.generator_fraction,
+                                          config.electra.generator_layers)
+    fps = flops.train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
+                                     ctx.max_predictions, gen_cfg)
+    return Run(config, workdir, mesh, tok, ctx, tx, train_rows, valid_rows, None, step, None, fps,
+               partitioning.batch_sharding(mesh), partitioning.replicated(mesh))
+
+
+def compile_fns(run: Run, state_shardings):
+    objective = objectives.OBJECTIVES[run.config.objective]
+    run.state_shardings = state_shardings
+    run.step_fn = jax.jit(run.step_fn, in_shardings=(state_shardings, run.batch_sharding,
+                                                     run.replicated),
+                          out_shardings=(state_shardings, run.replicated), donate_argnums=(0,))
+
+    def eval_step(params, batch, rng):
+        _, metrics = objective.loss_fn(params, batch, rng, run.ctx, deterministic=True)
+        return metrics
+
+    run.eval_fn = jax.jit(eval_step, in_shardings=(state_shardings.params, run.batch_sharding,
+                                                   run.replicated), out_shardings=run.replicated)
+
+
+def evaluate(run: Run, params) -> dict:
+    """Held-out metrics over eval_batches fixed batches with fixed masks."""
+    cfg = run.config
+    it = pipeline.batch_iterator(run.valid_rows, cfg.train.batch_size, seed=0, shuffle=False,
+                                 repeat=True, process_index=jax.process_index(),
+                                 process_count=jax.process_count())
+    keys = objectives.OBJECTIVES[cfg.objective].eval_keys
+    totals: dict[str, float] = {}
+    for i in range(cfg.train.eval_batches):
+        batch = partitioning.shard_batch(next(it), run.mesh)
+        m = jax.device_get(run.eval_fn(params, batch, jax.random.key(10_000 + i)))
+        for k in keys:
+            if k in m:
+                totals[k] = totals.get(k, 0.0) + float(m[k])
+    return {f"eval/{k}": v / cfg.train.eval_batches for k, v in totals.items()}
+
+
+def report(line: str) -> None:
+    """A progress line on stdout (process 0 only) and in the absl log."""
+    logging.info(line)
+    if jax.process_index() == 0:
+        print(line, flush=True)
+
+
+class _StopFlag:
+    """Set by SIGTERM: the loop checkpoints and exits at the next step boundary."""
+
+    def __init__(self):
+        self.set = False
+
+    def __call__(self, signum, frame):
+        logging.warning("received signal %d: checkpointing and stopping", signum)
+        self.set = True
+
+
+def train(config, workdir: str, devices=None) -> dict:
+    """Runs (or resumes) pretraining; returns the last train and eval metrics.
+
+    devices: the devices of the mesh (default: all).
+    """
+    os.makedirs(workdir, exist_ok=True)
+    run = setup(config, workdir, devices)
+    cfg = run.config
+    state, shardings = init_state(run.ctx.model, cfg, run.tx, run.mesh, run.ctx.max_predictions)
+    compile_fns(run, shardings)
+    mngr = checkpoint.manager(workdir, cfg.train.keep_checkpoints)
+    data_state = None
+    if mngr.latest_step() is not None:
+        state, data_state, meta = checkpoint.restore(
+            mngr, checkpoint.abstract_like(state, shardings))
+        logging.info("resumed from %s at step %d", workdir, int(state.step))
+    elif cfg.init_from:
+        state = state.replace(params=load_init_params(cfg.init_from, state.params, shardings.params))
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+    logging.info("model: %s, %s, %s parameters", cfg.objective, cfg.model.size, f"{n_params:,}")
+    print(f"parameters: {n_params:,}", flush=True)
+
+    it = pipeline.batch_iterator(run.train_rows, cfg.train.batch_size, seed=cfg.seed,
+                                 process_index=jax.process_index(),
+                                 process_count=jax.process_count())
+    if data_state is not None:
+        it.set_state(data_state)
+    writer = metrics_io.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+    stop = _StopFlag()
+    previous_handler = signal.signal(signal.SIGTERM, stop)
+    peak = cfg.train.peak_flops or flops.peak_flops_per_device()
+    base_key = jax.random.key(cfg.seed)
+    tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
+    start = int(state.step)
+    progress = metrics_io.Progress(cfg.train.num_steps, start, cfg.train.progress)
+    window: dict[str, float] = {}
+    window_steps, window_t0 = 0, time.time()
+    pending = None
+    last: dict = {}
+
+    def absorb(step_metrics):
+        """Checks step N's metrics (already computed) and adds them to the log window."""
+        nonlocal window_steps
+        step_no, metrics = step_metrics
+        metrics = jax.device_get(metrics)
+        loss = float(metrics["loss"])
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"non-finite loss ({loss}) at step {step_no}; stopping. The last good checkpoint "
+                f"(step {mngr.latest_step()}) in {workdir} is intact.")
+        for k, v in metrics.items():
+            window[k] = window.get(k, 0.0) + float(v)
+        window_steps += 1
+
+    try:
+        for step in range(start, cfg.train.num_steps):
+            batch = partitioning.shard_batch(next(it), run.mesh)
+            state, metrics = run.step_fn(state, batch, jax.random.fold_in(base_key, step))
+            if pending is not None:
+                absorb(pending)
+            pending = (step + 1, metrics)
+            step_no = step + 1
+            done = step_no == cfg.train.num_steps
+            if step_no % cfg.train.log_every == 0 or done or stop.set:
+                absorb(pending)
+                pending = None
+                elapsed = time.time() - window_t0
+                tps = window_steps * tokens_per_step / max(elapsed, 1e-9)
+                row = {f"train/{k}": v / window_steps for k, v in window.items()}
+                row.update({"train/tokens_per_s": tps,
+                            "train/learning_rate": float(
+                                optimizer.learning_rate_schedule(cfg.train)(step)),
+                            "train/mfu": window_steps * run.flops_per_step / max(elapsed, 1e-9)
+                            / (peak * jax.device_count())})
+                writer.write(step_no, row)
+                report(f"step {step_no}: " + ", ".join(f"{k}={v:.4g}" for k, v in row.items()))
+                progress.update(step_no, row["train/loss"], tps)
+                last.update(row)
+                window.clear()
+                window_steps, window_t0 = 0, time.time()
+            if cfg.train.eval_every and (step_no % cfg.train.eval_every == 0 or done):
+                ev = evaluate(run, state.params)
+                writer.write(step_no, ev)
+                report(f"step {step_no} " + ", ".join(f"{k}={v:.4g}" for k, v in ev.items()))
+                last.update(ev)
+            if step_no % cfg.train.checkpoint_every == 0 or done or stop.set:
+                if pending is not None:
+                    absorb(pending)
+                    pending = None
+                checkpoint.save(mngr, step_no, state, it.get_state(),
+                                {"step": step_no, "objective": cfg.objective})
+            if stop.set:
+                logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
+                break
+        if pending is not None:
+            absorb(pending)
+    finally:
+        mngr.wait_until_finished()
+        mngr.close()
+        writer.close()
+        progress.close()
+        signal.signal(signal.SIGTERM, previous_handler)
+    last["step"] = int(state.step)
+    last["parameters"] = n_params
+    return last
+
+
+def load_init_params(init_from: str, params, shardings):
+    """Copies matching subtrees from a workdir checkpoint or hf:DIR into params."""
+    if init_from.startswith("hf:"):
+        from encoder.interop import hf_bert
+        _, loaded = hf_bert.load(init_from[3:])
+    else:
+        mngr = checkpoint.manager(init_from)
+        if mngr.latest_step() is None:
+            raise FileNotFoundError(f"init_from={init_from!r} has no checkpoint")
+        restored = mngr.restore(mngr.latest_step(), args=checkpoint.ocp.args.Composite(
+            state=checkpoint.ocp.args.StandardRestore()))
+        loaded = restored["state"]["params"]
+    return merge_params(params, loaded, shardings)
+
+
+def merge_params(params, loaded, shardings, path=""):
+    """params with every subtree that `loaded` also has replaced (shapes must match)."""
+    if not isinstance(params, dict):
+        if tuple(params.shape) != tuple(np.shape(loaded)):
+            raise ValueError(f"init_from: {path} has shape {np.shape(loaded)}, "
+                             f"the model expects {params.shape}")
+        return jax.device_put(np.asarray(loaded, params.dtype), shardings)
+    return {k: merge_params(v, loaded[k], shardings[k], f"{path}/{k}") if k in loaded else v
+            for k, v in params.items()}

@@ -1,0 +1,71 @@
+"""The device mesh and the logical-axis rules that map parameters onto it.
+
+Model code names parameter axes logically ('embed', 'mlp', 'vocab', ...);
+RULES maps them to mesh axes. The mesh has a `data` axis (batch only) and an
+`fsdp` axis (batch and the parameters' `embed` axis, so parameters and
+optimizer state are sharded ZeRO-3 style). An axis whose size is not
+divisible by its mesh axes stays replicated.
+"""
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+MESH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")
+RULES = (
+    ("batch", BATCH_AXES),
+    ("embed", "fsdp"),
+)
+
+
+def make_mesh(mesh_cfg, devices=None) -> Mesh:
+    """Mesh from axis sizes; one size may be -1 (fills the remaining devices)."""
+    devices = list(devices if devices is not None else jax.devices())
+    sizes = [int(mesh_cfg[a]) for a in MESH_AXES]
+    if sizes.count(-1) > 1:
+        raise ValueError(f"at most one mesh axis may be -1, got {dict(zip(MESH_AXES, sizes))}")
+    known = int(np.prod([s for s in sizes if s != -1]))
+    if -1 in sizes:
+        if len(devices) % known:
+            raise ValueError(f"{len(devices)} devices are not divisible by the fixed mesh axes "
+                             f"{dict(zip(MESH_AXES, sizes))}")
+        sizes[sizes.index(-1)] = len(devices) // known
+    if int(np.prod(sizes)) != len(devices):
+        raise ValueError(f"mesh {dict(zip(MESH_AXES, sizes))} needs {int(np.prod(sizes))} "
+                         f"devices; {len(devices)} are available")
+    return Mesh(np.asarray(devices).reshape(sizes), MESH_AXES)
+
+
+def _fit(spec: P, shape, mesh: Mesh) -> P:
+    """Replaces mesh axes that do not divide the dimension with None."""
+    out = []
+    for dim, axes in zip(shape, tuple(spec) + (None,) * (len(shape) - len(spec))):
+        names = (axes,) if isinstance(axes, str) else (axes or ())
+        size = int(np.prod([mesh.shape[a] for a in names])) if names else 1
+        out.append(axes if names and dim % size == 0 else None)
+    return P(*out)
+
+
+def param_shardings(boxed_abstract, mesh: Mesh):
+    """NamedShardings for a tree of (boxed, abstract) params from eval_shape(init)."""
+    logical = nn.get_partition_spec(boxed_abstract)
+    physical = nn.logical_to_mesh(logical, RULES)
+    shapes = nn.unbox(boxed_abstract)
+    return jax.tree.map(lambda spec, x: NamedSharding(mesh, _fit(spec, x.shape, mesh)),
+                        physical, shapes, is_leaf=lambda x: isinstance(x, P))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P(BATCH_AXES))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def shard_batch(batch: dict, mesh: Mesh) -> dict:
+    """Process-local numpy batch -> global arrays sharded over the batch axes."""
+    sharding = batch_sharding(mesh)
+    return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+            for k, v in batch.items()}

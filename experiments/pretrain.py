@@ -1,0 +1,21 @@
+"""Pretraining a tiny encoder on the embedded standard-library corpus (the README's main job).
+
+    python -m encoder.main --config=experiments/pretrain.py:objective=rtd,position=rope --workdir=DIR
+
+Options: see encoder.config.OPTIONS (size, objective, position, pooling, norm,
+activation, masking, mask_rate, seed, steps, runlocal).
+"""
+from encoder import config as config_lib
+
+
+def get_config(arg=None):
+    config = config_lib.experiment(arg, size="tiny")
+    config.model.vocab_size = 8000
+    config.data.tokenizer_sample_chars = 3_000_000
+    config.model.dropout = 0.0           # tiny model, small corpus: dropout only slows it
+    config.model.attention_dropout = 0.0
+    config.train.update(dict(num_steps=1200, batch_size=32, learning_rate=1e-3, warmup_steps=100,
+                             log_every=100, eval_every=400, checkpoint_every=400))
+    if "runlocal" in config_lib.parse_arg(arg):
+        config_lib.runlocal(config)
+    return config
