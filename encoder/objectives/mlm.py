@@ -34,6 +34,17 @@ def corrupt_batch(rng, batch, ctx):
         random_prob=m.random_prob, span_p=m.span_p)
 
 
+def prepare(batch, rng, ctx):
+    """Adds the corruption to a batch: corrupted_ids and the prediction slots.
+
+    Done once per step on the whole batch, before any micro-batching, so that
+    gradient accumulation sees the same masks as one large batch would.
+    """
+    c = corrupt_batch(rng, batch, ctx)
+    return {**batch, "corrupted_ids": c["input_ids"], "mlm_positions": c["mlm_positions"],
+            "mlm_labels": c["mlm_labels"], "mlm_weights": c["mlm_weights"]}
+
+
 def model_inputs(batch, ctx):
     """The encoder's keyword inputs from a batch (document mask if configured)."""
     return dict(segment_ids=batch.get("segment_ids"), attention_mask=batch["attention_mask"],
@@ -42,12 +53,11 @@ def model_inputs(batch, ctx):
 
 
 def loss_fn(params, batch, rng, ctx, deterministic=False):
-    """Returns (loss, metrics) for one batch; rng drives masking and dropout."""
-    k_mask, k_drop = jax.random.split(rng)
-    c = corrupt_batch(k_mask, batch, ctx)
+    """Returns (loss, metrics) for one prepared batch; rng drives dropout."""
+    c = batch
     out, _ = ctx.model.apply(
-        {"params": params}, c["input_ids"], mlm_positions=c["mlm_positions"],
-        deterministic=deterministic, rngs={"dropout": k_drop}, **model_inputs(batch, ctx))
+        {"params": params}, c["corrupted_ids"], mlm_positions=c["mlm_positions"],
+        deterministic=deterministic, rngs={"dropout": rng}, **model_inputs(batch, ctx))
     loss, stats = masked_cross_entropy(out["mlm_logits"], c["mlm_labels"], c["mlm_weights"])
     metrics = {"mlm_loss": stats["loss"], "mlm_accuracy": stats["accuracy"],
                "mlm_baseline_accuracy": jnp.sum(

@@ -1,7 +1,7 @@
 """The objective registry: name -> (model builder, loss function).
 
-A loss function has the signature loss_fn(params, batch, rng, ctx,
-deterministic) -> (loss, metrics); `ctx` (an ObjectiveContext) carries the
+`prepare(batch, rng, ctx)` corrupts a batch on device (once per step);
+`loss_fn(params, prepared_batch, rng, ctx, deterministic) -> (loss, metrics)`; `ctx` (an ObjectiveContext) carries the
 model module, the config and the tokenizer constants the corruption needs.
 """
 import dataclasses
@@ -43,15 +43,16 @@ def build_rtd(config):
 @dataclasses.dataclass(frozen=True)
 class Objective:
     build_model: Callable[[Any], Any]
+    prepare: Callable
     loss_fn: Callable
     eval_keys: tuple[str, ...]  # metrics reported under eval/
 
 
 OBJECTIVES: dict[str, Objective] = {
-    "mlm": Objective(build_mlm, mlm.loss_fn,
+    "mlm": Objective(build_mlm, mlm.prepare, mlm.loss_fn,
                      ("loss", "mlm_loss", "mlm_accuracy", "mlm_baseline_accuracy",
                       "pair_accuracy")),
-    "rtd": Objective(build_rtd, rtd.loss_fn,
+    "rtd": Objective(build_rtd, mlm.prepare, rtd.loss_fn,
                      ("loss", "gen_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy",
                       "rtd_baseline_accuracy", "rtd_precision", "rtd_recall")),
 }

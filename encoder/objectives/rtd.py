@@ -45,17 +45,17 @@ def discriminator_loss(logits, is_replaced, real):
 
 
 def loss_fn(params, batch, rng, ctx, deterministic=False):
-    k_mask, k_gen, k_sample, k_disc = jax.random.split(rng, 4)
-    c = mlm.corrupt_batch(k_mask, batch, ctx)
+    k_gen, k_sample, k_disc = jax.random.split(rng, 3)
+    c = batch
     inputs = mlm.model_inputs(batch, ctx)
     variables = {"params": params}
     gen_logits = ctx.model.apply(
-        variables, c["input_ids"], inputs["segment_ids"], inputs["attention_mask"],
+        variables, c["corrupted_ids"], inputs["segment_ids"], inputs["attention_mask"],
         inputs["positions"], inputs["document_ids"], c["mlm_positions"], deterministic,
         method="generate", rngs={"dropout": k_gen})
     gen_loss, gen = mlm.masked_cross_entropy(gen_logits, c["mlm_labels"], c["mlm_weights"])
     sampled = sample_replacements(k_sample, gen_logits, ctx.config.electra.temperature)
-    replaced_ids = replace_tokens(c["input_ids"], c["mlm_positions"], sampled, c["mlm_weights"])
+    replaced_ids = replace_tokens(c["corrupted_ids"], c["mlm_positions"], sampled, c["mlm_weights"])
     is_replaced = replaced_ids != batch["input_ids"]
     disc_logits, _ = ctx.model.apply(
         variables, replaced_ids, inputs["segment_ids"], inputs["attention_mask"],

@@ -37,14 +37,17 @@ class TrainState:
     opt_state: Any
 
 
-def make_step(ctx, tx, loss_fn, grad_accum: int = 1, nan_at_step: int = -1):
+def make_step(ctx, tx, objective, grad_accum: int = 1, nan_at_step: int = -1):
     """The pure train step; grad_accum > 1 scans over micro-batches."""
+    loss_fn = objective.loss_fn
 
     def grads_and_metrics(params, batch, rng):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng, ctx)
         return grads, metrics
 
     def step(state: TrainState, batch: dict, rng: jax.Array):
+        k_prepare, rng = jax.random.split(rng)
+        batch = objective.prepare(batch, k_prepare, ctx)
         if grad_accum == 1:
             grads, metrics = grads_and_metrics(state.params, batch, rng)
         else:
@@ -156,7 +159,7 @@ def setup(config, workdir: str, devices=None) -> Run:
     ctx = objectives.make_context(config, tok, most_frequent_token(train_rows, tok.special_ids))
     tx = optimizer.make_optimizer(config.train)
     objective = objectives.OBJECTIVES[config.objective]
-    step = make_step(ctx, tx, objective.loss_fn, config.train.grad_accum_steps,
+    step = make_step(ctx, tx, objective, config.train.grad_accum_steps,
                      config.train.debug_nan_at_step)
     # Shardings are known only after init; compile_fns wraps step_fn in jit then.
     gen_cfg = objectives.generator_config(config.model, config.electra.generator_fraction,
@@ -175,6 +178,7 @@ def compile_fns(run: Run, state_shardings):
                           out_shardings=(state_shardings, run.replicated), donate_argnums=(0,))
 
     def eval_step(params, batch, rng):
+        batch = objective.prepare(batch, rng, run.ctx)
         _, metrics = objective.loss_fn(params, batch, rng, run.ctx, deterministic=True)
         return metrics
 
@@ -224,6 +228,9 @@ def train(config, workdir: str, devices=None) -> dict:
     """
     os.makedirs(workdir, exist_ok=True)
     run = setup(config, workdir, devices)
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json(indent=2))
     cfg = run.config
     state, shardings = init_state(run.ctx.model, cfg, run.tx, run.mesh, run.ctx.max_predictions)
     compile_fns(run, shardings)
