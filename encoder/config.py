@@ -205,10 +205,13 @@ def parse_arg(arg: str | None) -> dict:
     return options
 
 
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
+
+
 def _set_size(c, v):
-    keep = {k: c.model[k] for k in ("vocab_size",)}
-    c.model.update(model_config(v))
-    c.model.update(keep)
+    """Sets only the shape fields of a size preset; every variant choice stays."""
+    from encoder import registry
+    c.model.update(dict(zip(SHAPE_FIELDS, registry.lookup(SIZES, v, "model size"))), size=v)
 
 
 # Options an experiment argument may set: name -> how it changes the config.
@@ -229,9 +232,7 @@ OPTIONS = {
 
 def runlocal(c: ml_collections.ConfigDict) -> None:
     """Shrinks any experiment so it runs in seconds on a laptop CPU (and in tests)."""
-    c.model.update({k: v for k, v in model_config("tiny").items()
-                    if k in ("hidden_size", "num_layers", "num_heads", "intermediate_size")})
-    c.model.num_layers = min(c.model.num_layers, 2)
+    _set_size(c, "tiny")
     if c.model.embedding_size:
         c.model.embedding_size = min(c.model.embedding_size, 64)
     c.model.vocab_size = 1000
@@ -244,14 +245,24 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
                         eval_batches=2, checkpoint_every=20, progress=False))
 
 
-def experiment(arg: str | None, **defaults) -> ml_collections.ConfigDict:
-    """base_config, then the experiment's defaults, then the command-line arg.
+def experiment(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
+    """base_config with an experiment's defaults (OPTIONS names) applied.
 
-    defaults and arg use the OPTIONS names (runlocal last, so it always shrinks).
+    An experiment file then sets its other fields and ends with
+    finalize(config, arg), so the command-line arg always wins.
     """
+    del arg  # applied by finalize
     from encoder import registry
     config = base_config()
-    options = {**defaults, **parse_arg(arg)}
+    for key, value in defaults.items():
+        registry.lookup(OPTIONS, key, "experiment option")(config, value)
+    return config
+
+
+def finalize(config: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+    """Applies the experiment arg (key=value,...) last; `runlocal` shrinks after everything."""
+    from encoder import registry
+    options = parse_arg(arg)
     shrink = options.pop("runlocal", False)
     for key, value in options.items():
         registry.lookup(OPTIONS, key, "experiment option")(config, value)

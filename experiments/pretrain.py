@@ -16,6 +16,4 @@ def get_config(arg=None):
     config.model.attention_dropout = 0.0
     config.train.update(dict(num_steps=1200, batch_size=32, learning_rate=1e-3, warmup_steps=100,
                              log_every=100, eval_every=400, checkpoint_every=400))
-    if "runlocal" in config_lib.parse_arg(arg):
-        config_lib.runlocal(config)
-    return config
+    return config_lib.finalize(config, arg)

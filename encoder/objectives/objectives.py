@@ -78,3 +78,26 @@ def make_context(config, tokenizer, most_frequent_id: int) -> ObjectiveContext:
         word_start_table=tokenizer.word_start_table() if config.masking.mode != "token" else None,
         most_frequent_id=most_frequent_id,
         max_predictions=config_lib.max_predictions(config.data.seq_len, config.masking.rate))
+
+
+# Subtrees that exist only for pretraining and are not part of the published counts.
+_PRETRAINING_ONLY = ("generator", "generator_head")
+
+
+def parameter_count(config) -> tuple[int, int]:
+    """(all parameters, the model's published-style count) via eval_shape, nothing allocated.
+
+    The published count leaves out ELECTRA's generator (the paper reports the
+    discriminator), and keeps heads, as BERT's 110M does.
+    """
+    import jax
+    import jax.numpy as jnp
+    model = OBJECTIVES[config.objective].build_model(config)
+    ids = jnp.ones((1, 8), jnp.int32)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids,
+                                               mlm_positions=jnp.zeros((1, 2), jnp.int32)))
+    params = shapes["params"]
+    size = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+    total = size(params)
+    published = total - sum(size(params[k]) for k in _PRETRAINING_ONLY if k in params)
+    return total, published

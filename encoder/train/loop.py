@@ -242,9 +242,9 @@ def train(config, workdir: str, devices=None) -> dict:
         logging.info("resumed from %s at step %d", workdir, int(state.step))
     elif cfg.init_from:
         state = state.replace(params=load_init_params(cfg.init_from, state.params, shardings.params))
-    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-    logging.info("model: %s, %s, %s parameters", cfg.objective, cfg.model.size, f"{n_params:,}")
-    print(f"parameters: {n_params:,}", flush=True)
+    n_params, n_model = objectives.parameter_count(cfg)
+    report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
+           + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
 
     it = pipeline.batch_iterator(run.train_rows, cfg.train.batch_size, seed=cfg.seed,
                                  process_index=jax.process_index(),
@@ -327,7 +327,7 @@ def train(config, workdir: str, devices=None) -> dict:
         progress.close()
         signal.signal(signal.SIGTERM, previous_handler)
     last["step"] = int(state.step)
-    last["parameters"] = n_params
+    last["parameters"] = n_model
     return last
 
 

@@ -1,0 +1,67 @@
+"""Every experiment builds (runlocal), and each recipe has its published size."""
+import glob
+import importlib
+import os
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from encoder import config as config_lib
+from encoder.objectives import objectives
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXPERIMENTS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments",
+                                                                              "*.py"))
+                     if not p.endswith("__init__.py"))
+PUBLISHED = {  # millions of parameters, as the papers report them
+    "bert_base": 110, "roberta_base": 125, "electra_small": 14, "electra_base": 110,
+    "albert_base": 12, "modernbert_base": 149, "mosaicbert_base": 137,
+}
+
+
+def load(name, arg=None):
+    return importlib.import_module(f"experiments.{name}").get_config(arg)
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_experiment_builds_with_runlocal(name):
+    config = load(name, "runlocal")
+    config_lib.validate(config)
+    objective = objectives.OBJECTIVES[config.objective]
+    model = objective.build_model(config)
+    b, t = 2, config.data.seq_len
+    batch = {"input_ids": jnp.full((b, t), 7, jnp.int32), "attention_mask": jnp.ones((b, t)),
+             "segment_ids": jnp.zeros((b, t), jnp.int32),
+             "positions": jnp.broadcast_to(jnp.arange(t), (b, t)),
+             "document_ids": jnp.ones((b, t), jnp.int32), "pair_labels": jnp.zeros(b, jnp.int32)}
+    ctx = objectives.ObjectiveContext(config, model, (0, 1, 2, 3, 4), 4,
+                                      jnp.ones(config.model.vocab_size, bool), 5,
+                                      config_lib.max_predictions(t, config.masking.rate))
+
+    def loss(rng):
+        params = model.init(rng, batch["input_ids"], mlm_positions=jnp.zeros((b, 2), jnp.int32),
+                            segment_ids=None, attention_mask=None)["params"]
+        import flax.linen as nn
+        prepared = objective.prepare(batch, rng, ctx)
+        return objective.loss_fn(nn.unbox(params), prepared, rng, ctx)
+
+    value, metrics = jax.eval_shape(loss, jax.random.key(0))
+    assert value.shape == () and "loss" in metrics
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_recipe_parameter_count_matches_the_paper(name):
+    _, count = objectives.parameter_count(load(name))
+    assert abs(count / 1e6 - PUBLISHED[name]) / PUBLISHED[name] < 0.04, count
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="valid names: .*objective.*position"):
+        load("pretrain", "positon=rope")
+
+
+def test_arg_overrides_the_recipe():
+    config = load("bert_base", "position=rope,size=tiny")
+    assert config.model.position == "rope" and config.model.hidden_size == 128
+    assert config.model.vocab_size == 30522
