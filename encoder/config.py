@@ -183,8 +183,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def max_predictions(seq_len: int, rate: float) -> int:
-    """Static number of MLM prediction slots per row (>= any row's masked count)."""
-    return max(1, math.ceil(seq_len * rate) + 1)
+    """Static number of MLM prediction slots per row.
+
+    A row masks floor(rate * n + u) <= ceil(rate * n) <= ceil(rate * T) tokens
+    (n candidates <= T, u < 1), so ceil(rate * T) slots always suffice.
+    """
+    return max(1, math.ceil(seq_len * rate))
 
 
 def _coerce(value: str):

@@ -1,0 +1,242 @@
+"""Benchmarks that print JSON lines (one per implementation), never asserted in tests.
+
+Train step (default):
+    python -m encoder.bench --size=mini --seq_len=128 --batch_size=32 [--objective=mlm] [--against=hf]
+
+  Times this codebase's jit-compiled train step and, with --against=hf,
+  HuggingFace transformers' FlaxBertForMaskedLM at the identical configuration
+  (same parameter count, asserted), the same masked-LM loss on the same masked
+  positions and the same optax AdamW update, in the same process. Each line:
+  parameters, compile seconds, median step seconds over --steps timed steps
+  after --warmup, tokens/s, model FLOPs per step, achieved FLOP/s as a
+  fraction of the device's peak, and the compiled program's memory; the HF
+  line adds `speedup` (ours / HF tokens per second).
+
+  FLOPs per step = 3 x forward FLOPs (encoder.train.flops): per token and
+  layer 8D^2 + 4TD + 4DF, plus the vocabulary projection 2(DE + EV) for every
+  position the implementation computes logits at (the masked slots for this
+  codebase, all T positions for HF's model).
+
+Input pipeline:
+    python -m encoder.bench --mode=pipeline [--seq_len=128]
+
+  tokens/s of tokenize + pack + batch on the embedded corpus (no cache), and
+  that figure as a multiple of the tiny model's train-step tokens/s here.
+"""
+import json
+import statistics
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import app, flags
+
+flags.DEFINE_enum("mode", "step", ["step", "pipeline"], "what to benchmark")
+flags.DEFINE_string("size", "mini", "model size preset")
+flags.DEFINE_integer("seq_len", 128, "tokens per row")
+flags.DEFINE_integer("batch_size", 32, "rows per step")
+flags.DEFINE_integer("vocab_size", 32768, "vocabulary size")
+flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
+flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
+flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference")
+flags.DEFINE_string("remat", "none", "rematerialisation policy")
+flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
+flags.DEFINE_integer("steps", 20, "timed steps")
+flags.DEFINE_integer("warmup", 3, "untimed steps after compilation")
+FLAGS = flags.FLAGS
+
+
+def bench_config():
+    from encoder import config as config_lib
+    config = config_lib.base_config()
+    config_lib.OPTIONS["size"](config, FLAGS.size)
+    config.objective = FLAGS.objective
+    config.model.vocab_size = FLAGS.vocab_size
+    config.model.dropout = config.model.attention_dropout = 0.0
+    config.model.dtype = FLAGS.dtype or ("float32" if jax.default_backend() == "cpu"
+                                         else "bfloat16")
+    config.model.attention_impl = FLAGS.attention_impl
+    config.model.remat = FLAGS.remat
+    config.data.seq_len = FLAGS.seq_len
+    config.data.document_mask = False
+    config.train.batch_size = FLAGS.batch_size
+    config.train.num_steps = 1000
+    config.mesh.data, config.mesh.fsdp = -1, 1
+    config_lib.validate(config)
+    return config
+
+
+def random_batch(config, seed=0):
+    rng = np.random.default_rng(seed)
+    b, t = config.train.batch_size, config.data.seq_len
+    ids = rng.integers(5, config.model.vocab_size, size=(b, t)).astype(np.int32)
+    ids[:, 0] = 2
+    return {"input_ids": ids, "attention_mask": np.ones((b, t), np.int32),
+            "segment_ids": np.zeros((b, t), np.int32),
+            "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy()}
+
+
+def memory_bytes(compiled) -> int | None:
+    try:
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                   - m.alias_size_in_bytes)
+    except Exception:  # not every backend reports it
+        return None
+
+
+def time_step(step, state, batch, rng_fn):
+    """(compile s, median step s, compiled memory, final state) for a donated-state step."""
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch, rng_fn(0)).compile()
+    compile_s = time.perf_counter() - t0
+    for i in range(FLAGS.warmup):
+        state, m = compiled(state, batch, rng_fn(i))
+    jax.block_until_ready(m)
+    times = []
+    for i in range(FLAGS.steps):
+        t = time.perf_counter()
+        state, m = compiled(state, batch, rng_fn(i))
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t)
+    return compile_s, statistics.median(times), memory_bytes(compiled), m
+
+
+def ours(config, peak):
+    from encoder.objectives import objectives
+    from encoder.train import flops, loop, optimizer, partitioning
+
+    class FakeTokenizer:
+        special_ids, mask_id = (0, 1, 2, 3, 4), 4
+        word_start_table = staticmethod(lambda: None)
+
+    ctx = objectives.make_context(config, FakeTokenizer(), most_frequent_id=5)
+    tx = optimizer.make_optimizer(config.train)
+    mesh = partitioning.make_mesh(config.mesh)
+    state, shardings = loop.init_state(ctx.model, config, tx, mesh, ctx.max_predictions)
+    step = jax.jit(loop.make_step(ctx, tx, objectives.OBJECTIVES[config.objective]),
+                   in_shardings=(shardings, partitioning.batch_sharding(mesh),
+                                 partitioning.replicated(mesh)),
+                   out_shardings=(shardings, partitioning.replicated(mesh)), donate_argnums=(0,))
+    batch = partitioning.shard_batch(random_batch(config), mesh)
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
+    compile_s, step_s, mem, metrics = time_step(step, state, batch,
+                                                lambda i: jax.random.key(i))
+    gen = objectives.generator_config(config.model, config.electra.generator_fraction)
+    fps = flops.train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
+                                     ctx.max_predictions, gen)
+    return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,
+                  loss=float(metrics["loss"]))
+
+
+def hf(config, peak):
+    """FlaxBertForMaskedLM with the same config, loss (masked slots) and AdamW."""
+    from transformers import BertConfig, FlaxBertForMaskedLM
+    from encoder.objectives import mlm
+    from encoder.objectives import masking
+    from encoder.train import flops, optimizer
+    m = config.model
+    hf_cfg = BertConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
+                        num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
+                        intermediate_size=m.intermediate_size, max_position_embeddings=m.max_position,
+                        type_vocab_size=m.type_vocab_size, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, hidden_act="gelu")
+    dtype = jnp.dtype(m.dtype)
+    model = FlaxBertForMaskedLM(hf_cfg, input_shape=(1, config.data.seq_len), dtype=dtype, seed=0)
+    params = model.params
+    tx = optimizer.make_optimizer(config.train)
+    opt_state = tx.init(params)
+    max_pred = __import__("encoder.config", fromlist=["x"]).max_predictions(
+        config.data.seq_len, config.masking.rate)
+
+    def step(state, batch, rng):
+        params, opt_state = state
+        c = masking.corrupt(rng, batch["input_ids"], batch["attention_mask"],
+                            rate=config.masking.rate, max_predictions=max_pred, mask_id=4,
+                            vocab_size=m.vocab_size, special_ids=(0, 1, 2, 3, 4))
+
+        def loss_fn(p):
+            logits = model(c["input_ids"], batch["attention_mask"], batch["segment_ids"],
+                           params=p, train=False).logits  # [B, T, V]: every position
+            gathered = jnp.take_along_axis(logits, c["mlm_positions"][..., None], axis=1)
+            loss, _ = mlm.masked_cross_entropy(gathered.astype(jnp.float32), c["mlm_labels"],
+                                               c["mlm_weights"])
+            return loss
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
+
+    batch = {k: jnp.asarray(v) for k, v in random_batch(config).items()}
+    n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
+    compile_s, step_s, mem, metrics = time_step(jax.jit(step, donate_argnums=(0,)),
+                                                (params, opt_state), batch,
+                                                lambda i: jax.random.key(i))
+    b, t = config.train.batch_size, config.data.seq_len
+    fwd = b * t * (flops.encoder_flops_per_token(m, t) + flops.mlm_head_flops(m))
+    return report("huggingface FlaxBertForMaskedLM", config, n_params, compile_s, step_s,
+                  3.0 * fwd, peak, mem, loss=float(metrics["loss"]))
+
+
+def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
+    tokens = config.train.batch_size * config.data.seq_len
+    row = {"implementation": name, "size": FLAGS.size, "objective": config.objective,
+           "seq_len": config.data.seq_len, "batch_size": config.train.batch_size,
+           "vocab_size": config.model.vocab_size, "dtype": config.model.dtype,
+           "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
+           "parameters": n_params, "compile_s": round(compile_s, 3),
+           "step_s_median": round(step_s, 5), "tokens_per_s": round(tokens / step_s, 1),
+           "flops_per_step": fps, "flops_per_s": fps / step_s,
+           "fraction_of_peak": fps / step_s / (peak * jax.device_count()),
+           "peak_flops_per_device": peak, "compiled_memory_bytes": mem, **extra}
+    return row
+
+
+def bench_steps():
+    from encoder.train import flops
+    config = bench_config()
+    peak = flops.peak_flops_per_device()
+    row = ours(config, peak)
+    print(json.dumps(row), flush=True)
+    if FLAGS.against == "hf":
+        ref = hf(config, peak)
+        if ref["parameters"] != row["parameters"]:
+            raise AssertionError(f"parameter counts differ: ours {row['parameters']:,}, "
+                                 f"HF {ref['parameters']:,}")
+        ref["speedup"] = row["tokens_per_s"] / ref["tokens_per_s"]
+        print(json.dumps(ref), flush=True)
+
+
+def bench_pipeline():
+    import tempfile
+    from encoder import config as config_lib
+    from encoder.data import corpus, pipeline, tokenizer as tokenizer_lib
+    config = config_lib.base_config()
+    config.data.seq_len = FLAGS.seq_len
+    docs = corpus.stdlib_documents()
+    with tempfile.TemporaryDirectory() as tmp:
+        tok = tokenizer_lib.load(tokenizer_lib.train_sentencepiece(docs, f"{tmp}/sp", 8000))
+        t0 = time.perf_counter()
+        rows = pipeline.build_rows(docs, tok, config.data, cache_dir=None)
+        it = pipeline.batch_iterator(rows, 32, seed=0, repeat=False)
+        n = sum(int(b["attention_mask"].sum()) for b in it)
+        elapsed = time.perf_counter() - t0
+    pipe_tps = n / elapsed
+    FLAGS.size, FLAGS.vocab_size = "tiny", 8000
+    from encoder.train import flops
+    step = ours(bench_config(), flops.peak_flops_per_device())
+    print(json.dumps({"benchmark": "pipeline", "documents": len(docs), "tokens": n,
+                      "seconds": round(elapsed, 3), "tokens_per_s": round(pipe_tps),
+                      "tiny_train_step_tokens_per_s": step["tokens_per_s"],
+                      "pipeline_over_train_step": round(pipe_tps / step["tokens_per_s"], 1)}))
+
+
+def main(argv):
+    del argv
+    bench_pipeline() if FLAGS.mode == "pipeline" else bench_steps()
+
+
+if __name__ == "__main__":
+    app.run(main)
