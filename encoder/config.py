@@ -273,3 +273,32 @@ def finalize(config: ml_collections.ConfigDict, arg: str | None) -> ml_collectio
     if shrink:
         runlocal(config)
     return config
+
+
+def finetune_config() -> ml_collections.ConfigDict:
+    """Defaults for fine-tuning, evaluation and embedding runs (encoder/main.py modes)."""
+    config = ml_collections.ConfigDict()
+    config.mode = "finetune"           # finetune | evaluate | embed
+    config.task = "classification"     # encoder.train.finetune.TASKS
+    config.seed = 0
+    config.init_from = ""              # a pretraining workdir, or hf:DIR
+    config.pooling = "cls"
+    config.model = model_config("tiny")  # only used without init_from
+    config.data = ml_collections.ConfigDict(dict(
+        train_file="", dev_file="", test_file="", input_file="",
+        max_seq_len=128, doc_stride=64, max_answer_tokens=30, tokenizer="",
+        valid_files="", seq_len=128, one_doc_per_line=False, max_line_chars=100_000,
+        valid_fraction=0.05, train_files=""))
+    config.train = ml_collections.ConfigDict(dict(
+        num_epochs=3, batch_size=32, learning_rate=5e-5, warmup_steps=0, num_steps=0,
+        schedule="linear", end_learning_rate_fraction=0.0, b1=0.9, b2=0.999, eps=1e-6,
+        weight_decay=0.01, clip_norm=1.0))
+    config.finetune = ml_collections.ConfigDict(dict(
+        mode="full",                   # full | frozen (linear probe) | lora
+        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=0.1))
+    config.eval = ml_collections.ConfigDict(dict(
+        max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
+    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))
+    config.distributed = ml_collections.ConfigDict(dict(
+        coordinator_address="", num_processes=0, process_id=-1))
+    return config

@@ -1,6 +1,9 @@
-"""The one entry point: pretrain (more modes arrive with their issues).
+"""The one entry point; the experiment's config.mode picks the job.
 
-    python -m encoder.main --config=experiments/pretrain.py:size=tiny,runlocal --workdir=DIR
+    pretrain  python -m encoder.main --config=experiments/pretrain.py:size=tiny --workdir=DIR
+    finetune  python -m encoder.main --config=experiments/finetune.py:task=qa --workdir=DIR ...
+    evaluate  python -m encoder.main --config=experiments/evaluate.py --config.init_from=CKPT ...
+    embed     python -m encoder.main --config=experiments/embed.py --config.init_from=CKPT ...
 """
 import json
 
@@ -31,8 +34,17 @@ def main(argv):
     config = FLAGS.config
     init_distributed(config.distributed)
     mode = config.get("mode", "pretrain")
+    if mode == "finetune":
+        from encoder.train import finetune
+        print(json.dumps(finetune.finetune(config, FLAGS.workdir), indent=1))
+        return
+    if mode in ("evaluate", "embed"):
+        from encoder.eval import intrinsic
+        print(json.dumps(intrinsic.MODES[mode](config, FLAGS.workdir), indent=1))
+        return
     if mode != "pretrain":
-        raise app.UsageError(f"mode {mode!r} is not built yet; valid modes: pretrain")
+        raise app.UsageError(f"Unknown mode {mode!r}; valid modes: embed, evaluate, finetune, "
+                             "pretrain")
     from encoder.train import loop
     result = loop.train(config, FLAGS.workdir)
     logging.info("final: %s", result)

@@ -40,6 +40,10 @@ class Tokenizer(abc.ABC):
         return [self.encode(t) for t in texts]
 
     @abc.abstractmethod
+    def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Text -> (ids, [(char_start, char_end)]), spans without leading whitespace."""
+
+    @abc.abstractmethod
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; special tokens are dropped."""
 
@@ -112,6 +116,25 @@ class SentencePieceTokenizer(Tokenizer):
 
     def encode_batch(self, texts):
         return self.sp.encode(list(texts), num_threads=os.cpu_count() or 1)
+
+    def encode_with_offsets(self, text):
+        proto = self.sp.encode(text, return_type="proto")
+        # sentencepiece reports UTF-8 byte offsets; map them to characters.
+        byte_to_char = np.zeros(len(text.encode("utf-8")) + 1, np.int64)
+        pos = 0
+        for i, ch in enumerate(text):
+            n = len(ch.encode("utf-8"))
+            byte_to_char[pos:pos + n] = i
+            pos += n
+        byte_to_char[pos] = len(text)
+        ids, offsets = [], []
+        for piece in proto.pieces:
+            start, end = int(byte_to_char[piece.begin]), int(byte_to_char[piece.end])
+            while start < end and text[start].isspace():
+                start += 1
+            ids.append(piece.id)
+            offsets.append((start, end))
+        return ids, offsets
 
     def decode(self, ids):
         return self.sp.decode([int(i) for i in ids if int(i) >= len(SPECIAL_TOKENS)])
@@ -205,6 +228,10 @@ class WordPieceTokenizer(Tokenizer):
 
     def encode_batch(self, texts):
         return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def encode_with_offsets(self, text):
+        enc = self.tok.encode(text, add_special_tokens=False)
+        return list(enc.ids), [tuple(o) for o in enc.offsets]
 
     def decode(self, ids):
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)

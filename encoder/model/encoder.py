@@ -149,9 +149,18 @@ def model_config(config):
 
 
 def encoder_params(params):
-    """Accepts a full model's params (an 'encoder' subtree) or bare encoder params."""
+    """A standalone Encoder's params from any model's params (or bare encoder params).
+
+    ELECTRA keeps the shared embeddings beside the discriminator ('embeddings'),
+    so they are put back where a standalone Encoder expects them ('embed').
+    """
     params = params.get("params", params)
-    return params["encoder"] if "encoder" in params else params
+    if "encoder" not in params:
+        return params
+    enc = params["encoder"]
+    if "embed" not in enc and "embeddings" in params:
+        enc = {**enc, "embed": params["embeddings"]}
+    return enc
 
 
 def encode(config, params, input_ids, segment_ids=None, attention_mask=None,

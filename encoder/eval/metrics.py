@@ -1,0 +1,104 @@
+"""Downstream metrics, named as eval.json reports them.
+
+accuracy, macro_f1 and mcc come from scikit-learn, pearson and spearman from
+scipy; SQuAD exact match / F1 (with SQuAD v1.1's answer normalisation) and
+entity-level F1 over BIO tags are written here and tested by hand.
+"""
+import collections
+import re
+import string
+
+import numpy as np
+
+
+def accuracy(labels, preds) -> float:
+    return float(np.mean(np.asarray(labels) == np.asarray(preds)))
+
+
+def macro_f1(labels, preds) -> float:
+    from sklearn.metrics import f1_score
+    return float(f1_score(labels, preds, average="macro"))
+
+
+def mcc(labels, preds) -> float:
+    from sklearn.metrics import matthews_corrcoef
+    return float(matthews_corrcoef(labels, preds))
+
+
+def pearson(labels, preds) -> float:
+    from scipy.stats import pearsonr
+    return float(pearsonr(labels, preds)[0])
+
+
+def spearman(labels, preds) -> float:
+    from scipy.stats import spearmanr
+    return float(spearmanr(labels, preds)[0])
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD v1.1: lower case, drop punctuation and articles, squeeze whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in set(string.punctuation))
+    text = re.sub(r"\b(a|an|the)\b", " ", text)
+    return " ".join(text.split())
+
+
+def squad_exact_match(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def squad_f1(prediction: str, gold: str) -> float:
+    pred, ref = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    common = collections.Counter(pred) & collections.Counter(ref)
+    overlap = sum(common.values())
+    if not pred or not ref:
+        return float(pred == ref)
+    if overlap == 0:
+        return 0.0
+    p, r = overlap / len(pred), overlap / len(ref)
+    return 2 * p * r / (p + r)
+
+
+def squad_scores(predictions: list[str], golds: list[list[str]]) -> dict:
+    """Mean EM and F1 in percent, each example scored against its best gold answer."""
+    em = [max(squad_exact_match(p, g) for g in gs) for p, gs in zip(predictions, golds)]
+    f1 = [max(squad_f1(p, g) for g in gs) for p, gs in zip(predictions, golds)]
+    return {"exact_match": 100.0 * float(np.mean(em)), "f1": 100.0 * float(np.mean(f1))}
+
+
+def bio_entities(tags: list[str]) -> set[tuple[str, int, int]]:
+    """(type, start, end) spans from BIO tags; a stray I-X opens an entity (as conlleval)."""
+    entities, start, kind = set(), None, None
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, _, label = tag.partition("-")
+        continues = prefix == "I" and kind == label
+        if start is not None and not continues:
+            entities.add((kind, start, i - 1))
+            start, kind = None, None
+        if prefix == "B" or (prefix == "I" and not continues):
+            start, kind = i, label
+    return entities
+
+
+def entity_f1(gold_tags: list[list[str]], pred_tags: list[list[str]]) -> dict:
+    tp = n_pred = n_gold = 0
+    for g, p in zip(gold_tags, pred_tags):
+        ge, pe = bio_entities(g), bio_entities(p)
+        tp += len(ge & pe)
+        n_pred += len(pe)
+        n_gold += len(ge)
+    precision = tp / n_pred if n_pred else 0.0
+    recall = tp / n_gold if n_gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"entity_f1": f1, "entity_precision": precision, "entity_recall": recall}
+
+
+def classification_metrics(labels, preds) -> dict:
+    return {"accuracy": accuracy(labels, preds), "macro_f1": macro_f1(labels, preds),
+            "mcc": mcc(labels, preds)}
+
+
+def regression_metrics(labels, preds) -> dict:
+    labels, preds = np.asarray(labels, float), np.asarray(preds, float)
+    return {"pearson": pearson(labels, preds), "spearman": spearman(labels, preds),
+            "mse": float(np.mean((labels - preds) ** 2))}
