@@ -19,7 +19,7 @@ import json
 import math
 import os
 import re
-from typing import Any, Callable
+from typing import Callable
 
 import flax.linen as nn
 import jax
@@ -107,26 +107,11 @@ TASKS: dict[str, Task] = {
 
 def load_pretrained(init_from: str, config):
     """(model config, encoder params or None, extra params, tokenizer)."""
-    if init_from.startswith("hf:"):
-        from encoder.interop import hf_bert
-        folder = init_from[3:]
-        cfg, params = hf_bert.load(folder)
-        extra = {"pooler": params["pooler"]} if "pooler" in params else {}
-        return cfg, params["encoder"], extra, tokenizer_lib.load(folder)
     if init_from:
-        import ml_collections
-        from encoder.train import checkpoint
-        with open(os.path.join(init_from, "config.json")) as f:
-            pre = ml_collections.ConfigDict(json.load(f))
-        tok_path = pre.data.tokenizer or os.path.join(init_from, "tokenizer", "sp.model")
-        mngr = checkpoint.manager(init_from)
-        if mngr.latest_step() is None:
-            raise FileNotFoundError(f"init_from={init_from!r}: no checkpoint in its workdir")
-        restored = mngr.restore(mngr.latest_step(), args=checkpoint.ocp.args.Composite(
-            state=checkpoint.ocp.args.StandardRestore()))
-        mngr.close()
-        params = restored["state"]["params"]
-        return pre.model, encoder_params(params), {}, tokenizer_lib.load(tok_path)
+        from encoder.train import pretrained
+        p = pretrained.load(init_from)
+        extra = {"pooler": p.params["pooler"]} if "pooler" in p.params else {}
+        return p.model_cfg, encoder_params(p.params), extra, p.tokenizer
     if not config.data.tokenizer:
         raise ValueError("training from scratch (no init_from) needs data.tokenizer")
     tok = tokenizer_lib.load(config.data.tokenizer)

@@ -149,8 +149,10 @@ def setup(config, workdir: str, devices=None) -> Run:
                  stats.summary())
     tok = load_tokenizer(config, workdir, train_docs)
     if tok.vocab_size != config.model.vocab_size:
-        raise ValueError(f"tokenizer has {tok.vocab_size} ids but model.vocab_size is "
-                         f"{config.model.vocab_size}")
+        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
+        logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
+                        config.model.vocab_size, tok.vocab_size)
+        config.model.vocab_size = tok.vocab_size
     cache = config.data.cache_dir or os.path.join(workdir, "cache")
     train_rows = pipeline.build_rows(train_docs, tok, config.data, cache, config.pair_task,
                                      config.seed)

@@ -1,0 +1,143 @@
+"""Intrinsic evaluation and sentence embeddings (the `evaluate` and `embed` modes).
+
+evaluate: held-out MLM loss and accuracy (next to the most-frequent-token
+  baseline) and pseudo-perplexity of a pretrained model, on the run's
+  validation split or --config.data.valid_files; writes WORKDIR/eval.json.
+embed: L2-normalised sentence vectors (pooling from the config) for every
+  line of --config.data.input_file, saved as WORKDIR/embeddings.npy, with an
+  optional nearest-neighbour query (--config.eval.query).
+"""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from encoder.eval import pseudo_perplexity
+from encoder.model import models
+from encoder.model.encoder import encoder_params
+
+
+def embed_texts(model_cfg, params, tokenizer, texts, pooling="mean", max_len=128,
+                batch_size=64) -> np.ndarray:
+    """[N, D] float32 unit vectors for texts (params: any model's or the encoder's)."""
+    model = models.Embedder(models.freeze(model_cfg), pooling=pooling)
+    variables = {"encoder": encoder_params(params)}
+    if pooling == "cls_tanh":
+        if "pooler" not in params:
+            raise ValueError("pooling=cls_tanh needs pooler parameters in the checkpoint")
+        variables["head"] = params["pooler"]
+    fn = jax.jit(lambda ids, seg, mask: model.apply({"params": variables}, ids, seg, mask)[0])
+    out = []
+    for i in range(0, len(texts), batch_size):
+        chunk = list(texts[i:i + batch_size])
+        n = len(chunk)
+        chunk += [""] * (batch_size - n)  # one compiled shape
+        feats = [tokenizer.encode_example(t, None, max_len) for t in chunk]
+        arr = {k: jnp.asarray(np.stack([f[k] for f in feats])) for k in feats[0]}
+        out.append(np.asarray(fn(arr["input_ids"], arr["segment_ids"], arr["attention_mask"]))[:n])
+    return np.concatenate(out) if out else np.zeros((0, model_cfg.hidden_size), np.float32)
+
+
+def nearest(vectors: np.ndarray, queries: np.ndarray, k: int = 5):
+    """Cosine nearest neighbours of unit vectors: (indices [Q, k], scores [Q, k])."""
+    sims = queries @ vectors.T
+    k = min(k, vectors.shape[0])
+    idx = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return idx, np.take_along_axis(sims, idx, axis=1)
+
+
+def embed(config, workdir: str) -> dict:
+    from encoder.train import pretrained
+    if not config.data.input_file:
+        raise ValueError("embed needs --config.data.input_file (one text per line)")
+    p = pretrained.load(config.init_from)
+    with open(config.data.input_file, encoding="utf-8", errors="replace") as f:
+        texts = [line.strip() for line in f if line.strip()]
+    if not texts:
+        raise ValueError(f"{config.data.input_file}: no text")
+    vecs = embed_texts(p.model_cfg, p.params, p.tokenizer, texts, config.pooling,
+                       config.data.max_seq_len, config.eval.batch_size)
+    os.makedirs(workdir, exist_ok=True)
+    np.save(os.path.join(workdir, "embeddings.npy"), vecs)
+    with open(os.path.join(workdir, "texts.jsonl"), "w") as f:
+        for t in texts:
+            f.write(json.dumps({"text": t}) + "\n")
+    result = {"texts": len(texts), "dim": int(vecs.shape[1]),
+              "path": os.path.join(workdir, "embeddings.npy")}
+    if config.eval.query:
+        q = embed_texts(p.model_cfg, p.params, p.tokenizer, [config.eval.query], config.pooling,
+                        config.data.max_seq_len, 1)
+        idx, scores = nearest(vecs, q, config.eval.top_k)
+        result["neighbours"] = [{"text": texts[i], "cosine": float(s)}
+                                for i, s in zip(idx[0], scores[0])]
+    return result
+
+
+def evaluate(config, workdir: str) -> dict:
+    """Held-out MLM metrics and pseudo-perplexity of a pretrained MLM model."""
+    from encoder.data import corpus, pipeline
+    from encoder.objectives import objectives
+    from encoder.train import loop, pretrained
+    p = pretrained.load(config.init_from)
+    if "mlm_head" not in p.params:
+        raise ValueError(f"{config.init_from}: no MLM head in the checkpoint; evaluate needs an "
+                         "MLM-pretrained model (for ELECTRA, the generator is the MLM)")
+    run = p.run_config.copy_and_resolve_references() if p.run_config is not None else None
+    if run is None:  # an HF BertForMaskedLM folder
+        from encoder import config as config_lib
+        run = config_lib.base_config()
+        run.model = p.model_cfg
+        run.data.document_mask = False
+    run.data.seq_len = config.data.seq_len
+    if config.data.valid_files:
+        run.data.train_files = config.data.valid_files
+        run.data.valid_files = config.data.valid_files
+    _, valid_docs, _ = corpus.load_corpus(run.data)
+    if not valid_docs:
+        raise ValueError("no validation documents to evaluate on")
+    rows = pipeline.build_rows(valid_docs, p.tokenizer, run.data, cache_dir=None)
+    budget = max(1, config.eval.max_tokens // run.data.seq_len)
+    rows = {k: v[:budget] for k, v in rows.items()}
+    run.objective = "mlm"
+    ctx = objectives.make_context(run, p.tokenizer,
+                                  loop.most_frequent_token(rows, p.tokenizer.special_ids))
+    params = {k: v for k, v in p.params.items() if k in ("encoder", "mlm_head")}
+    objective = objectives.OBJECTIVES["mlm"]
+
+    @jax.jit
+    def eval_batch(batch, rng):
+        batch = objective.prepare(batch, rng, ctx)
+        return objective.loss_fn(params, batch, rng, ctx, deterministic=True)[1]
+
+    totals, n = {}, 0
+    bs = config.eval.batch_size
+    for i in range(0, len(rows["input_ids"]) - bs + 1, bs) or [0]:
+        batch = {k: jnp.asarray(v[i:i + bs]) for k, v in rows.items()}
+        m = jax.device_get(eval_batch(batch, jax.random.key(config.eval.masking_seed + i)))
+        for k in ("mlm_loss", "mlm_accuracy", "mlm_baseline_accuracy"):
+            totals[k] = totals.get(k, 0.0) + float(m[k])
+        n += 1
+    result = {f"eval/{k}": v / n for k, v in totals.items()}
+
+    model = objective.build_model(run)
+
+    def apply_fn(ids, seg, mask, pos):
+        # Each packed row is scored as one context (no document mask): a known
+        # approximation for rows that pack several documents.
+        out, _ = model.apply({"params": params}, ids, seg, mask, mlm_positions=pos)
+        return out["mlm_logits"]
+    lp = pseudo_perplexity.token_log_probs(apply_fn, rows["input_ids"], rows["attention_mask"],
+                                           p.tokenizer.special_ids, p.tokenizer.mask_id,
+                                           config.eval.batch_size, rows["segment_ids"],
+                                           max_tokens=config.eval.max_tokens)
+    result["eval/pseudo_perplexity"] = pseudo_perplexity.pseudo_perplexity(lp)
+    result["eval/pppl_tokens"] = int(len(lp))
+    os.makedirs(workdir, exist_ok=True)
+    with open(os.path.join(workdir, "eval.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+MODES = {"evaluate": evaluate, "embed": embed}
