@@ -241,7 +241,7 @@ def train(config, workdir: str, devices=None) -> dict:
     if mngr.latest_step() is not None:
         state, data_state, meta = checkpoint.restore(
             mngr, checkpoint.abstract_like(state, shardings))
-        logging.info("resumed from %s at step %d", workdir, int(state.step))
+        report(f"resumed from {workdir} at step {int(state.step)}")
     elif cfg.init_from:
         state = state.replace(params=load_init_params(cfg.init_from, state.params, shardings.params))
     n_params, n_model = objectives.parameter_count(cfg)
