@@ -295,7 +295,8 @@ def finetune_config() -> ml_collections.ConfigDict:
         weight_decay=0.01, clip_norm=1.0))
     config.finetune = ml_collections.ConfigDict(dict(
         mode="full",                   # full | frozen (linear probe) | lora
-        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=0.1))
+        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=0.1,
+        random_init=False))  # True: init_from's architecture and tokenizer, random weights
     config.eval = ml_collections.ConfigDict(dict(
         max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))

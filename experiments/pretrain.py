@@ -9,7 +9,10 @@ from encoder import config as config_lib
 
 
 def get_config(arg=None):
-    config = config_lib.experiment(arg, size="tiny")
+    # RoPE: at this scale learned absolute positions need ~3x the steps to start
+    # using context (BUILD_NOTES.md, position ablation); the other schemes are one
+    # option away (position=learned|sinusoidal|alibi|t5_bias|none).
+    config = config_lib.experiment(arg, size="tiny", position="rope")
     config.model.vocab_size = 8000
     config.data.tokenizer_sample_chars = 3_000_000
     config.model.dropout = 0.0           # tiny model, small corpus: dropout only slows it

@@ -32,7 +32,7 @@ def test_apply_variant_sets_paths_and_options():
     c = ablate.apply_variant(base, {"model.position": "alibi", "objective": "rtd",
                                     "train.learning_rate": 2e-3})
     assert (c.model.position, c.objective, c.train.learning_rate) == ("alibi", "rtd", 2e-3)
-    assert base.model.position == "learned"  # the base is untouched
+    assert base.model.position == "rope"  # the base is untouched
     with pytest.raises(ValueError, match="no 'positon'"):
         ablate.apply_variant(base, {"model.positon": "rope"})
 

@@ -46,3 +46,20 @@ def test_minilm_config_and_pooler():
 def test_unsupported_position_type_is_an_error():
     with pytest.raises(ValueError, match="relative_key"):
         hf_bert.config_from_hf({"position_embedding_type": "relative_key"})
+
+
+def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "ckpt"
+    subprocess.run([sys.executable, "-m", "encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
+                    f"--out={out}"], cwd=root, check=True, capture_output=True,
+                   env={**os.environ, "XLA_FLAGS": ""})
+    from encoder.train import checkpoint
+    cfg, params = checkpoint.load_params(str(out))
+    ref_cfg, ref = hf_bert.load(minilm_dir())
+    assert cfg.to_dict() == ref_cfg.to_dict()
+    ids = np.array([[101, 7592, 2088, 102]])
+    np.testing.assert_array_equal(np.asarray(encoder.encode(cfg, params, ids)),
+                                  np.asarray(encoder.encode(ref_cfg, ref, ids)))

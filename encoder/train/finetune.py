@@ -267,6 +267,8 @@ class FineTuner:
         self.mesh = partitioning.make_mesh(config.mesh, devices)
         self.model_cfg, self.pretrained, self.extra, self.tokenizer = load_pretrained(
             config.init_from, config)
+        if config.finetune.random_init:  # the same architecture and tokenizer, fresh weights
+            self.pretrained, self.extra = None, {}
         self.model_cfg = self.model_cfg.copy_and_resolve_references()
         self.model_cfg.dropout = config.finetune.dropout
         self.model_cfg.attention_dropout = config.finetune.dropout
