@@ -33,6 +33,8 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from encoder.train import flops
+
 config_flags.DEFINE_config_file("config", None, "the base experiment file[:arg]",
                                 lock_config=True)
 flags.DEFINE_multi_string("sweep", [], "field=v1,v2,... (repeatable)")
@@ -98,24 +100,13 @@ def variant_name(variant: dict) -> str:
     return ",".join(f"{k.split('.')[-1]}={v}" for k, v in variant.items()) or "base"
 
 
-def flops_per_step(config) -> float:
-    from encoder.config import max_predictions
-    from encoder.objectives import objectives
-    from encoder.train import flops
-    gen = objectives.generator_config(config.model, config.electra.generator_fraction,
-                                      config.electra.generator_layers)
-    return flops.train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
-                                      max_predictions(config.data.seq_len, config.masking.rate),
-                                      gen)
-
-
 def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict]:
     """One entry per run: name, seed, resolved config."""
     from encoder import config as config_lib
     runs, budget = [], None
     for variant in variants:
         config = apply_variant(base, variant)
-        fps = flops_per_step(config)
+        fps = flops.config_train_flops_per_step(config)
         if equal_flops:
             budget = budget or config.train.num_steps * fps
             config.train.num_steps = max(1, int(round(budget / fps)))

@@ -124,9 +124,7 @@ def ours(config, peak):
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
     compile_s, step_s, mem, metrics = time_step(step, state, batch,
                                                 lambda i: jax.random.key(i))
-    gen = objectives.generator_config(config.model, config.electra.generator_fraction)
-    fps = flops.train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
-                                     ctx.max_predictions, gen)
+    fps = flops.config_train_flops_per_step(config)
     return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,
                   loss=float(metrics["loss"]))
 

@@ -67,3 +67,13 @@ def measure_matmul_flops(n: int = 1024, repeats: int = 5) -> float:
         f(a).block_until_ready()
         best = min(best, time.perf_counter() - t)
     return 2 * n ** 3 / best
+
+
+def config_train_flops_per_step(config) -> float:
+    """train_flops_per_step for an experiment config (its batch, length, slots, generator)."""
+    from encoder.config import max_predictions
+    from encoder.objectives import objectives
+    gen = objectives.generator_config(config.model, config.electra.generator_fraction,
+                                      config.electra.generator_layers)
+    return train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
+                                max_predictions(config.data.seq_len, config.masking.rate), gen)

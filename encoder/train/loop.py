@@ -164,10 +164,7 @@ def setup(config, workdir: str, devices=None) -> Run:
     step = make_step(ctx, tx, objective, config.train.grad_accum_steps,
                      config.train.debug_nan_at_step)
     # Shardings are known only after init; compile_fns wraps step_fn in jit then.
-    gen_cfg = objectives.generator_config(config.model, config.electra.generator_fraction,
-                                          config.electra.generator_layers)
-    fps = flops.train_flops_per_step(config, config.train.batch_size, config.data.seq_len,
-                                     ctx.max_predictions, gen_cfg)
+    fps = flops.config_train_flops_per_step(config)
     return Run(config, workdir, mesh, tok, ctx, tx, train_rows, valid_rows, None, step, None, fps,
                partitioning.batch_sharding(mesh), partitioning.replicated(mesh))
 
