@@ -283,3 +283,19 @@ def test_sequence_longer_than_learned_positions(tiny_cfg):
         config_lib.validate_model(tiny_cfg, 65)
     tiny_cfg.position = "rope"  # no table: any length is fine
     config_lib.validate_model(tiny_cfg, 65)
+
+
+def test_encode_reads_electra_discriminator_params(tiny_cfg):
+    from encoder.model import models
+    from encoder.objectives import objectives
+    gen = objectives.generator_config(tiny_cfg, 0.5)
+    model = models.Electra(models.freeze(tiny_cfg), models.freeze(gen))
+    ids = jnp.asarray(random_ids(np.random.default_rng(0), 2, 8, tiny_cfg.vocab_size))
+    import flax.linen as nn
+    params = nn.unbox(model.init(jax.random.key(0), ids, None, None,
+                                 mlm_positions=jnp.zeros((2, 2), jnp.int32)))["params"]
+    assert "embeddings" in params and "embed" not in params["encoder"]  # shared, outside
+    _, aux = model.apply({"params": params}, ids, None, None, None, None, method="discriminate")
+    np.testing.assert_allclose(encoder.encode(tiny_cfg, params, ids), aux["encoded"], atol=1e-6)
+    gen_table = params["embeddings"]["token"]["embedding"]
+    assert gen_table.shape == (tiny_cfg.vocab_size, tiny_cfg.hidden_size)  # one shared table

@@ -69,11 +69,23 @@ def reference_attention(q, k, v, bias=None, mask=None, dropout=None):
     return jnp.einsum("bhqs,bshk->bqhk", probs.astype(v.dtype), v)
 
 
+MASKED_BIAS = -1e9  # finite: a fully masked row softmaxes to uniform, never NaN
+
+
 def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
-    """jax.nn.dot_product_attention, choosing cuDNN where it is allowed."""
+    """jax.nn.dot_product_attention, choosing cuDNN where it is allowed.
+
+    Off cuDNN, a boolean mask is folded into the additive bias: the XLA path
+    would otherwise select on the logits forward and on their gradient
+    backward (a select per layer that an add does not need).
+    """
     impl = None if implementation == "auto" else implementation
     if impl is None and _cudnn_usable(q, bias):
         impl = "cudnn"
+    if mask is not None and impl != "cudnn":
+        mask_bias = jnp.where(mask, 0.0, MASKED_BIAS).astype(jnp.float32)
+        bias = mask_bias if bias is None else bias + mask_bias
+        mask = None
     if bias is not None:
         bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
