@@ -4,10 +4,11 @@
 
 is the only function compiled for training. Parameters and optimizer state are
 sharded by their logical axes (partitioning.RULES), the batch over the data
-axes, and the old state is donated. The loop reads step N-1's metrics after
-dispatching step N (so the host never stalls the device), checks them for
-non-finite values, logs, evaluates, checkpoints every N steps, at the end and
-on SIGTERM, and resumes from the workdir's latest checkpoint by itself.
+axes, and the old state is donated. The loop keeps each step's metrics on
+device and reads them only at logging, evaluation and checkpoint steps (the
+host never waits for the device in between), checks them for non-finite
+values naming the exact step, logs, evaluates, checkpoints every N steps, at
+the end and on SIGTERM, and resumes from the workdir's latest checkpoint.
 """
 import dataclasses
 import math
@@ -260,35 +261,36 @@ def train(config, workdir: str, devices=None) -> dict:
     progress = metrics_io.Progress(cfg.train.num_steps, start, cfg.train.progress)
     window: dict[str, float] = {}
     window_steps, window_t0 = 0, time.time()
-    pending = None
+    pending: list = []  # (step, metrics on device) not yet read by the host
     last: dict = {}
 
-    def absorb(step_metrics):
-        """Checks step N's metrics (already computed) and adds them to the log window."""
+    def absorb():
+        """Reads every pending step's metrics (the only host sync), checks them, adds them up.
+
+        Called at logging, evaluation, checkpoint and final steps only; a
+        non-finite loss is reported with the exact step that produced it.
+        """
         nonlocal window_steps
-        step_no, metrics = step_metrics
-        metrics = jax.device_get(metrics)
-        loss = float(metrics["loss"])
-        if not math.isfinite(loss):
-            raise FloatingPointError(
-                f"non-finite loss ({loss}) at step {step_no}; stopping. The last good checkpoint "
-                f"(step {mngr.latest_step()}) in {workdir} is intact.")
-        for k, v in metrics.items():
-            window[k] = window.get(k, 0.0) + float(v)
-        window_steps += 1
+        for step_no, metrics in jax.device_get(pending):
+            loss = float(metrics["loss"])
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite loss ({loss}) at step {step_no}; stopping. The last good "
+                    f"checkpoint (step {mngr.latest_step()}) in {workdir} is intact.")
+            for k, v in metrics.items():
+                window[k] = window.get(k, 0.0) + float(v)
+            window_steps += 1
+        pending.clear()
 
     try:
         for step in range(start, cfg.train.num_steps):
             batch = partitioning.shard_batch(next(it), run.mesh)
             state, metrics = run.step_fn(state, batch, jax.random.fold_in(base_key, step))
-            if pending is not None:
-                absorb(pending)
-            pending = (step + 1, metrics)
             step_no = step + 1
+            pending.append((step_no, metrics))
             done = step_no == cfg.train.num_steps
             if step_no % cfg.train.log_every == 0 or done or stop.set:
-                absorb(pending)
-                pending = None
+                absorb()
                 elapsed = time.time() - window_t0
                 tps = window_steps * tokens_per_step / max(elapsed, 1e-9)
                 row = {f"train/{k}": v / window_steps for k, v in window.items()}
@@ -309,16 +311,13 @@ def train(config, workdir: str, devices=None) -> dict:
                 report(f"step {step_no} " + ", ".join(f"{k}={v:.4g}" for k, v in ev.items()))
                 last.update(ev)
             if step_no % cfg.train.checkpoint_every == 0 or done or stop.set:
-                if pending is not None:
-                    absorb(pending)
-                    pending = None
+                absorb()  # never save a state whose loss was not checked
                 checkpoint.save(mngr, step_no, state, it.get_state(),
                                 {"step": step_no, "objective": cfg.objective})
             if stop.set:
                 logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
                 break
-        if pending is not None:
-            absorb(pending)
+        absorb()
     finally:
         mngr.wait_until_finished()
         mngr.close()
