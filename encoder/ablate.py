@@ -3,7 +3,8 @@
     python -m encoder.ablate --config=experiments/pretrain.py:size=tiny \\
         --sweep=model.position=learned,sinusoidal,rope,alibi,t5_bias --sweep=objective=mlm,rtd \\
         --seeds=3 --workdir=DIR [--zip] [--parallel=2] [--equal_flops] \\
-        [--finetune=experiments/finetune.py:task=classification --finetune_data=TASK_DIR]
+        [--finetune=experiments/finetune.py:task=classification --finetune_data=TASK_DIR
+         --finetune_set=train.learning_rate=1e-3]
 
 Each sweep is `field=v1,v2,...`, the field an experiment option (objective,
 position, ...) or a dotted config path (model.position, train.learning_rate).
@@ -44,6 +45,8 @@ flags.DEFINE_integer("parallel", 1, "runs at once")
 flags.DEFINE_bool("equal_flops", False, "equal compute: steps = budget / FLOPs per step")
 flags.DEFINE_string("finetune", "", "fine-tuning experiment file[:arg] run on each variant")
 flags.DEFINE_string("finetune_data", "", "folder with train.jsonl and dev.jsonl")
+flags.DEFINE_multi_string("finetune_set", [], "field=value overrides for fine-tuning, e.g. "
+                          "train.learning_rate=1e-3 (repeatable)")
 flags.DEFINE_string("workdir", None, "the study's folder", required=True)
 FLAGS = flags.FLAGS
 
@@ -147,7 +150,7 @@ def finetune_run(run: dict, root: str) -> None:
            f"--config.init_from={d}", f"--workdir={out}",
            f"--config.data.train_file={os.path.join(FLAGS.finetune_data, 'train.jsonl')}",
            f"--config.data.dev_file={os.path.join(FLAGS.finetune_data, 'dev.jsonl')}",
-           f"--config.seed={run['seed']}"]
+           f"--config.seed={run['seed']}"] + [f"--config.{kv}" for kv in FLAGS.finetune_set]
     with open(os.path.join(d, "finetune.log"), "a") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
 
