@@ -43,6 +43,11 @@ def test_minilm_config_and_pooler():
     assert params["pooler"]["dense"]["kernel"].shape == (384, 384)
 
 
+def test_unsupported_model_type_is_an_error():
+    with pytest.raises(ValueError, match="model_type 'roberta' is not supported"):
+        hf_bert.config_from_hf({"model_type": "roberta"})
+
+
 def test_unsupported_position_type_is_an_error():
     with pytest.raises(ValueError, match="relative_key"):
         hf_bert.config_from_hf({"position_embedding_type": "relative_key"})

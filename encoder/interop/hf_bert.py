@@ -40,6 +40,11 @@ def _read_tensors(checkpoint_dir: str) -> dict[str, np.ndarray]:
 
 def config_from_hf(hf: dict):
     """Translates a HF BertConfig dict into this codebase's model config."""
+    if hf.get("model_type", "bert") != "bert":
+        # RoBERTa offsets its position ids by padding_idx + 1, ELECTRA/ALBERT factorize
+        # differently: importing them as BERT would be silently wrong.
+        raise ValueError(f"model_type {hf['model_type']!r} is not supported; only 'bert' "
+                         "checkpoints import (MiniLM, BERT, and other BertModel layouts)")
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"position_embedding_type={hf['position_embedding_type']!r} is not "
                          "supported; only 'absolute' BERT checkpoints import")
