@@ -258,8 +258,9 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(table)
-    show = ["final_train_loss"] + [k for k in keys if k.startswith(("eval/", "finetune/"))
-                                   and k not in ("eval/mlm_loss", "eval/gen_loss")][:5] + [
+    extra = [k for k in keys if k.startswith(("eval/", "finetune/"))
+             and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
+    show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
         "tokens_per_s", "flops", "parameters"]
     lines = [f"Primary metric: `{metric}`; `gap (z)` is the gap to the best variant in "
              "standard errors of the difference (z < 2: within the seed spread).", "",
