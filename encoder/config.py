@@ -285,10 +285,11 @@ def finetune_config() -> ml_collections.ConfigDict:
     config.pooling = "cls"
     config.model = model_config("tiny")  # only used without init_from
     config.data = ml_collections.ConfigDict(dict(
-        train_file="", dev_file="", test_file="", input_file="",
-        max_seq_len=128, doc_stride=64, max_answer_tokens=30, tokenizer="",
-        valid_files="", seq_len=128, one_doc_per_line=False, max_line_chars=100_000,
-        valid_fraction=0.05, train_files=""))
+        train_file="", dev_file="", test_file="",  # fine-tuning task files
+        input_file="",                 # embed: one text per line
+        max_seq_len=128, doc_stride=64, max_answer_tokens=30,
+        tokenizer="",                  # fine-tuning from scratch (no init_from)
+        valid_files="", seq_len=128))  # evaluate: held-out text (default: the run's split)
     config.train = ml_collections.ConfigDict(dict(
         num_epochs=3, batch_size=32, learning_rate=5e-5, warmup_steps=0, num_steps=0,
         schedule="linear", end_learning_rate_fraction=0.0, b1=0.9, b2=0.999, eps=1e-6,

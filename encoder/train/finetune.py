@@ -28,6 +28,7 @@ import numpy as np
 import optax
 from absl import logging
 
+from encoder import registry
 from encoder.data import tasks as tasks_lib, tokenizer as tokenizer_lib
 from encoder.eval import metrics as metrics_lib
 from encoder.model import heads, models
@@ -253,17 +254,9 @@ class FineTuner:
 
     def __init__(self, config, devices=None):
         self.config = config
-        task = config.task
-        self.task = TASKS[task] if task in TASKS else None
-        if self.task is None:
-            raise ValueError(f"Unknown task {task!r}; valid names: {', '.join(sorted(TASKS))}")
-        if config.finetune.mode not in MODES:
-            raise ValueError(f"Unknown fine-tuning mode {config.finetune.mode!r}; valid names: "
-                             f"{', '.join(MODES)}")
-        heads_ok = heads.POOLING
-        if config.pooling not in heads_ok:
-            raise ValueError(f"Unknown pooling rule {config.pooling!r}; valid names: "
-                             f"{', '.join(sorted(heads_ok))}")
+        self.task = registry.lookup(TASKS, config.task, "task")
+        registry.lookup(dict.fromkeys(MODES), config.finetune.mode, "fine-tuning mode")
+        registry.lookup(heads.POOLING, config.pooling, "pooling rule")
         self.mesh = partitioning.make_mesh(config.mesh, devices)
         self.model_cfg, self.pretrained, self.extra, self.tokenizer = load_pretrained(
             config.init_from, config)
