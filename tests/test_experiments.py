@@ -11,9 +11,10 @@ from encoder import config as config_lib
 from encoder.objectives import objectives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments",
-                                                                              "*.py"))
-                     if not p.endswith("__init__.py"))
+ALL = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
+             if not p.endswith("__init__.py"))
+DOWNSTREAM = ("finetune", "evaluate", "embed")  # config.mode experiments, not pretraining
+EXPERIMENTS = [e for e in ALL if e not in DOWNSTREAM]
 PUBLISHED = {  # millions of parameters, as the papers report them
     "bert_base": 110, "roberta_base": 125, "electra_small": 14, "electra_base": 110,
     "albert_base": 12, "modernbert_base": 149, "mosaicbert_base": 137,
@@ -48,6 +49,24 @@ def test_experiment_builds_with_runlocal(name):
 
     value, metrics = jax.eval_shape(loss, jax.random.key(0))
     assert value.shape == () and "loss" in metrics
+
+
+@pytest.mark.parametrize("name", DOWNSTREAM)
+def test_downstream_experiments_build(name):
+    from encoder import registry
+    from encoder.model import heads
+    from encoder.model.models import freeze
+    from encoder.train import finetune
+    config = load(name, "runlocal")
+    assert config.mode == name
+    registry.lookup(heads.POOLING, config.pooling, "pooling rule")
+    for task in finetune.TASKS:
+        c = load("finetune", f"task={task},runlocal")
+        model = finetune.TASKS[task].model(freeze(c.model), 3, c.pooling)
+        ids = jnp.ones((2, c.data.max_seq_len), jnp.int32)
+        shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids))
+        assert "encoder" in shapes["params"]
+        assert ("head" in shapes["params"]) == (task != "contrastive")  # mean pooling: no params
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
