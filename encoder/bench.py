@@ -132,8 +132,8 @@ def ours(config, peak):
 def hf(config, peak):
     """FlaxBertForMaskedLM with the same config, loss (masked slots) and AdamW."""
     from transformers import BertConfig, FlaxBertForMaskedLM
-    from encoder.objectives import mlm
-    from encoder.objectives import masking
+    from encoder import config as config_lib
+    from encoder.objectives import masking, mlm
     from encoder.train import flops, optimizer
     m = config.model
     hf_cfg = BertConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
@@ -146,8 +146,7 @@ def hf(config, peak):
     params = model.params
     tx = optimizer.make_optimizer(config.train)
     opt_state = tx.init(params)
-    max_pred = __import__("encoder.config", fromlist=["x"]).max_predictions(
-        config.data.seq_len, config.masking.rate)
+    max_pred = config_lib.max_predictions(config.data.seq_len, config.masking.rate)
 
     def step(state, batch, rng):
         params, opt_state = state
