@@ -82,68 +82,61 @@ class Electra(nn.Module):
         return {"mlm_logits": gen_logits, "rtd_logits": rtd_logits}, aux
 
 
-class SequenceClassifier(nn.Module):
-    """Encoder + pooled classifier (C logits) or regressor (C = 1)."""
-    cfg: Any
-    num_labels: int
-    pooling: str = "cls"
-
-    def setup(self):
-        self.encoder = Encoder(self.cfg)
-        self.head = heads.SequenceHead(self.cfg, self.num_labels, self.pooling)
-
-    def __call__(self, input_ids, segment_ids=None, attention_mask=None, deterministic=True):
-        hidden, aux = self.encoder(input_ids, segment_ids, attention_mask,
-                                   deterministic=deterministic)
-        return self.head(hidden, attention_mask, deterministic), {**aux, "encoded": hidden}
-
-
-class TokenClassifier(nn.Module):
-    """Encoder + per-token classifier: [B, T, C]."""
-    cfg: Any
-    num_labels: int
-    pooling: str = "cls"  # unused; keeps the task constructors uniform
-
-    def setup(self):
-        self.encoder = Encoder(self.cfg)
-        self.head = heads.TokenHead(self.cfg, self.num_labels)
-
-    def __call__(self, input_ids, segment_ids=None, attention_mask=None, deterministic=True):
-        hidden, aux = self.encoder(input_ids, segment_ids, attention_mask,
-                                   deterministic=deterministic)
-        return self.head(hidden, deterministic), {**aux, "encoded": hidden}
-
-
-class SpanExtractor(nn.Module):
-    """Encoder + start/end logits ([B, T] each), for extractive QA."""
-    cfg: Any
-    num_labels: int = 2
-    pooling: str = "cls"
-
-    def setup(self):
-        self.encoder = Encoder(self.cfg)
-        self.head = heads.SpanHead(self.cfg)
-
-    def __call__(self, input_ids, segment_ids=None, attention_mask=None, deterministic=True):
-        hidden, aux = self.encoder(input_ids, segment_ids, attention_mask,
-                                   deterministic=deterministic)
-        return self.head(hidden), {**aux, "encoded": hidden}
-
-
-class Embedder(nn.Module):
-    """Encoder + pooling -> L2-normalised sentence vectors [B, D] (Sentence-BERT)."""
+class _TaskModel(nn.Module):
+    """Encoder + one task head; a subclass names the head and how it reads H [B, T, D]."""
     cfg: Any
     num_labels: int = 0
-    pooling: str = "mean"
+    pooling: str = "cls"
 
     def setup(self):
         self.encoder = Encoder(self.cfg)
-        self.head = heads.Pooler(self.cfg, self.pooling)
+        self.head = self.make_head()
 
     def __call__(self, input_ids, segment_ids=None, attention_mask=None, deterministic=True):
-        import jax.numpy as jnp
         hidden, aux = self.encoder(input_ids, segment_ids, attention_mask,
                                    deterministic=deterministic)
+        return self.read(hidden, attention_mask, deterministic), {**aux, "encoded": hidden}
+
+
+class SequenceClassifier(_TaskModel):
+    """Pooled classifier (C logits) or regressor (C = 1): [B, C]."""
+
+    def make_head(self):
+        return heads.SequenceHead(self.cfg, self.num_labels, self.pooling)
+
+    def read(self, hidden, attention_mask, deterministic):
+        return self.head(hidden, attention_mask, deterministic)
+
+
+class TokenClassifier(_TaskModel):
+    """Per-token classifier: [B, T, C]."""
+
+    def make_head(self):
+        return heads.TokenHead(self.cfg, self.num_labels)
+
+    def read(self, hidden, attention_mask, deterministic):
+        return self.head(hidden, deterministic)
+
+
+class SpanExtractor(_TaskModel):
+    """Start/end logits ([B, T] each), for extractive QA."""
+
+    def make_head(self):
+        return heads.SpanHead(self.cfg)
+
+    def read(self, hidden, attention_mask, deterministic):
+        return self.head(hidden)
+
+
+class Embedder(_TaskModel):
+    """Pooling -> L2-normalised sentence vectors [B, D] (Sentence-BERT)."""
+    pooling: str = "mean"
+
+    def make_head(self):
+        return heads.Pooler(self.cfg, self.pooling)
+
+    def read(self, hidden, attention_mask, deterministic):
+        import jax.numpy as jnp
         pooled = self.head(hidden, attention_mask)
         norm = jnp.sqrt(jnp.sum(pooled * pooled, axis=-1, keepdims=True))
-        return pooled / jnp.maximum(norm, 1e-12), {**aux, "encoded": hidden, "pooled": pooled}
+        return pooled / jnp.maximum(norm, 1e-12)
