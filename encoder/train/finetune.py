@@ -131,7 +131,7 @@ def layer_of(path: tuple[str, ...], num_layers: int) -> int:
         return int(m.group(1)) + 1
     if "shared_block" in names:
         return num_layers
-    if "/embed" in names or names.startswith("encoder/embed"):
+    if "/embed" in names:  # the tables, their norm and the E -> D projection
         return 0
     return num_layers + 1
 
@@ -260,6 +260,9 @@ class FineTuner:
         self.mesh = partitioning.make_mesh(config.mesh, devices)
         self.model_cfg, self.pretrained, self.extra, self.tokenizer = load_pretrained(
             config.init_from, config)
+        # One compiled forward for every dev/test evaluation (a fresh lambda per call
+        # would recompile at every epoch).
+        self.predict_fn = jax.jit(lambda t, b: self.forward(t, b, deterministic=True))
         if config.finetune.random_init:  # the same architecture and tokenizer, fresh weights
             self.pretrained, self.extra = None, {}
         self.model_cfg = self.model_cfg.copy_and_resolve_references()
@@ -328,7 +331,7 @@ def _shard(batch, mesh):
 
 def predict(ft: FineTuner, tree, arrays, batch_size: int):
     """Raw model outputs for every row (numpy), in order."""
-    fn = jax.jit(lambda t, b: ft.forward(t, b, deterministic=True))
+    fn = ft.predict_fn
     outs = []
     n = len(next(iter(arrays.values())))
     for batch in batches(arrays, batch_size):

@@ -256,6 +256,7 @@ def train(config, workdir: str, devices=None) -> dict:
     previous_handler = signal.signal(signal.SIGTERM, stop)
     peak = cfg.train.peak_flops or flops.peak_flops_per_device()
     base_key = jax.random.key(cfg.seed)
+    schedule = optimizer.learning_rate_schedule(cfg.train)
     tokens_per_step = cfg.train.batch_size * cfg.data.seq_len
     start = int(state.step)
     progress = metrics_io.Progress(cfg.train.num_steps, start, cfg.train.progress)
@@ -295,8 +296,7 @@ def train(config, workdir: str, devices=None) -> dict:
                 tps = window_steps * tokens_per_step / max(elapsed, 1e-9)
                 row = {f"train/{k}": v / window_steps for k, v in window.items()}
                 row.update({"train/tokens_per_s": tps,
-                            "train/learning_rate": float(
-                                optimizer.learning_rate_schedule(cfg.train)(step)),
+                            "train/learning_rate": float(schedule(step)),
                             "train/mfu": window_steps * run.flops_per_step / max(elapsed, 1e-9)
                             / (peak * jax.device_count())})
                 writer.write(step_no, row)
