@@ -59,45 +59,91 @@ def _is_binary(path: str) -> bool:
         return b"\x00" in f.read(BINARY_SNIFF_BYTES)
 
 
+def _raw_lines(f, end: int, max_bytes: int) -> Iterator[bytes | None]:
+    """Lines of a binary file up to byte `end`; None for a line over max_bytes.
+
+    A too-long line is consumed in bounded pieces, never held whole in memory.
+    """
+    pos = f.tell()
+    while pos < end:
+        raw = f.readline(max_bytes + 1)
+        if not raw:
+            return
+        pos += len(raw)
+        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(1 << 20)
+                pos += len(raw)
+            yield None
+        else:
+            yield raw
+
+
+def _decode(raw: bytes, stats: CorpusStats) -> str:
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        line = raw.decode("utf-8", errors="replace")
+        stats.repaired_lines += 1
+    return line.rstrip("\r\n")
+
+
+def read_range(path: str, start: int, end: int, one_doc_per_line: bool = False,
+               max_line_chars: int = 100_000,
+               stats: CorpusStats | None = None) -> Iterator[str]:
+    """Documents of bytes [start, end) of one text file.
+
+    start and end must be document starts (or 0 and the file size): then the
+    documents of consecutive ranges are exactly those of the whole file
+    (prepare.py snaps its cut points so).
+    """
+    stats = stats if stats is not None else CorpusStats()
+    block: list[str] = []
+    with open(path, "rb") as f:
+        f.seek(start)
+        for raw in _raw_lines(f, end, 4 * max_line_chars + 2):
+            line = None if raw is None else _decode(raw, stats)
+            if line is None or len(line) > max_line_chars:
+                stats.skipped_long_lines += 1
+                continue
+            stats.lines += 1
+            if one_doc_per_line:
+                if line.strip():
+                    stats.documents += 1
+                    yield line.strip()
+            elif line.strip():
+                block.append(line.strip())
+            elif block:
+                stats.documents += 1
+                yield "\n".join(block)
+                block = []
+    if block:
+        stats.documents += 1
+        yield "\n".join(block)
+
+
+def usable(path: str, stats: CorpusStats) -> bool:
+    """False (and counted) for empty and binary files."""
+    if os.path.getsize(path) == 0:
+        stats.skipped_empty_files += 1
+        return False
+    if _is_binary(path):
+        stats.skipped_binary_files += 1
+        return False
+    return True
+
+
 def read_documents(paths: Iterable[str], one_doc_per_line: bool = False,
                    max_line_chars: int = 100_000,
                    stats: CorpusStats | None = None) -> Iterator[str]:
     """Yields documents from text files, counting what it skips or repairs."""
     stats = stats if stats is not None else CorpusStats()
     for path in paths:
-        if os.path.getsize(path) == 0:
-            stats.skipped_empty_files += 1
-            continue
-        if _is_binary(path):
-            stats.skipped_binary_files += 1
+        if not usable(path, stats):
             continue
         stats.files += 1
-        block: list[str] = []
-        with open(path, "rb") as f:
-            for raw in f:
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError:
-                    line = raw.decode("utf-8", errors="replace")
-                    stats.repaired_lines += 1
-                line = line.rstrip("\r\n")
-                if len(line) > max_line_chars:
-                    stats.skipped_long_lines += 1
-                    continue
-                stats.lines += 1
-                if one_doc_per_line:
-                    if line.strip():
-                        stats.documents += 1
-                        yield line.strip()
-                elif line.strip():
-                    block.append(line.strip())
-                elif block:
-                    stats.documents += 1
-                    yield "\n".join(block)
-                    block = []
-        if block:
-            stats.documents += 1
-            yield "\n".join(block)
+        yield from read_range(path, 0, os.path.getsize(path), one_doc_per_line,
+                              max_line_chars, stats)
 
 
 def _docstrings(source: str) -> Iterator[str]:

@@ -36,7 +36,8 @@ class Tokenizer(abc.ABC):
     def encode(self, text: str) -> list[int]:
         """Text -> ids, no special tokens."""
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], num_threads: int = 0) -> list[list[int]]:
+        """Texts -> ids; num_threads 0: all cores (where the backend threads at all)."""
         return [self.encode(t) for t in texts]
 
     @abc.abstractmethod
@@ -114,8 +115,8 @@ class SentencePieceTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self.sp.encode(text)
 
-    def encode_batch(self, texts):
-        return self.sp.encode(list(texts), num_threads=os.cpu_count() or 1)
+    def encode_batch(self, texts, num_threads: int = 0):
+        return self.sp.encode(list(texts), num_threads=num_threads or os.cpu_count() or 1)
 
     def encode_with_offsets(self, text):
         proto = self.sp.encode(text, return_type="proto")
@@ -226,7 +227,7 @@ class WordPieceTokenizer(Tokenizer):
     def encode(self, text):
         return self.tok.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts):
+    def encode_batch(self, texts, num_threads: int = 0):
         return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def encode_with_offsets(self, text):

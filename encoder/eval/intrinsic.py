@@ -77,7 +77,7 @@ def embed(config, workdir: str) -> dict:
 
 def evaluate(config, workdir: str) -> dict:
     """Held-out MLM metrics and pseudo-perplexity of a pretrained MLM model."""
-    from encoder.data import corpus, pipeline
+    from encoder.data import pipeline
     from encoder.objectives import objectives
     from encoder.train import loop, pretrained
     p = pretrained.load(config.init_from)
@@ -91,18 +91,17 @@ def evaluate(config, workdir: str) -> dict:
         run.model = p.model_cfg
         run.data.document_mask = False
     run.data.seq_len = config.data.seq_len
-    if config.data.valid_files:
-        run.data.train_files = config.data.valid_files
-        run.data.valid_files = config.data.valid_files
-    _, valid_docs, _ = corpus.load_corpus(run.data)
-    if not valid_docs:
-        raise ValueError("no validation documents to evaluate on")
-    rows = pipeline.build_rows(valid_docs, p.tokenizer, run.data, cache_dir=None)
+    source = pipeline.held_out_rows(run.data, p.tokenizer, config.data.valid_files)
+    if source is None:
+        raise ValueError("no validation documents to evaluate on: give "
+                         "--config.data.valid_files")
     budget = max(1, config.eval.max_tokens // run.data.seq_len)
-    rows = {k: v[:budget] for k, v in rows.items()}
+    rows = pipeline.as_source(source).read_batch(np.arange(min(budget, len(source))))
+    counts = np.bincount(rows["input_ids"][rows["attention_mask"].astype(bool)],
+                         minlength=p.tokenizer.vocab_size)
     run.objective = "mlm"
     ctx = objectives.make_context(run, p.tokenizer,
-                                  loop.most_frequent_token(rows, p.tokenizer.special_ids))
+                                  loop.most_frequent_token(counts, p.tokenizer.special_ids))
     params = {k: v for k, v in p.params.items() if k in ("encoder", "mlm_head")}
     objective = objectives.OBJECTIVES["mlm"]
 

@@ -26,7 +26,7 @@ import optax
 from absl import logging
 
 from encoder import config as config_lib
-from encoder.data import corpus, pipeline, tokenizer as tokenizer_lib
+from encoder.data import pipeline
 from encoder.objectives import objectives
 from encoder.train import checkpoint, flops, metrics_io, optimizer, partitioning
 
@@ -87,8 +87,8 @@ class Run:
     tokenizer: Any
     ctx: Any
     tx: Any
-    train_rows: dict
-    valid_rows: dict
+    train_rows: Any      # random-access row sources (encoder.data.pipeline)
+    valid_rows: Any
     state_shardings: Any
     step_fn: Any
     eval_fn: Any
@@ -97,24 +97,15 @@ class Run:
     replicated: Any
 
 
-def load_tokenizer(config, workdir: str, train_docs: list[str]):
-    """The configured tokenizer, or one trained into WORKDIR/tokenizer (process 0)."""
-    if config.data.tokenizer:
-        return tokenizer_lib.load(config.data.tokenizer)
-    path = os.path.join(workdir, "tokenizer", "sp.model")
-    if jax.process_index() == 0 and not os.path.exists(path):
-        tokenizer_lib.train_sentencepiece(train_docs, path[:-len(".model")],
-                                          config.model.vocab_size, config.data.tokenizer_type,
-                                          config.data.tokenizer_sample_chars)
+def _barrier(name: str) -> None:
+    """All processes wait here (after process 0 prepared data or trained a tokenizer)."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
-        multihost_utils.sync_global_devices("tokenizer")
-    return tokenizer_lib.load(path)
+        multihost_utils.sync_global_devices(name)
 
 
-def most_frequent_token(rows: dict, special_ids) -> int:
-    ids = rows["input_ids"][rows["attention_mask"].astype(bool)]
-    counts = np.bincount(ids)
+def most_frequent_token(token_counts: np.ndarray, special_ids) -> int:
+    counts = np.array(token_counts, np.int64)
     counts[[i for i in special_ids if i < len(counts)]] = 0
     return int(np.argmax(counts))
 
@@ -145,28 +136,29 @@ def init_state(run_model, config, tx, mesh, max_predictions: int):
 def setup(config, workdir: str, devices=None) -> Run:
     config_lib.validate(config)
     mesh = partitioning.make_mesh(config.mesh, devices)
-    train_docs, valid_docs, stats = corpus.load_corpus(config.data)
-    logging.info("corpus: %d train / %d valid documents (%s)", len(train_docs), len(valid_docs),
-                 stats.summary())
-    tok = load_tokenizer(config, workdir, train_docs)
+    data = pipeline.open_pretraining_data(config.data, workdir, config.model.vocab_size,
+                                          config.pair_task, config.seed,
+                                          primary=jax.process_index() == 0, barrier=_barrier)
+    logging.info("data: %s", data.description)
+    if data.valid is None and config.train.eval_every:
+        raise ValueError(f"no held-out document to evaluate on ({data.description}): raise "
+                         f"data.valid_fraction (now {config.data.valid_fraction}), give "
+                         "data.valid_files, or set train.eval_every=0")
+    tok = data.tokenizer
     if tok.vocab_size != config.model.vocab_size:
         # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
         logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
                         config.model.vocab_size, tok.vocab_size)
         config.model.vocab_size = tok.vocab_size
-    cache = config.data.cache_dir or os.path.join(workdir, "cache")
-    train_rows = pipeline.build_rows(train_docs, tok, config.data, cache, config.pair_task,
-                                     config.seed)
-    valid_rows = pipeline.build_rows(valid_docs or train_docs[:50], tok, config.data, cache,
-                                     config.pair_task, config.seed + 1)
-    ctx = objectives.make_context(config, tok, most_frequent_token(train_rows, tok.special_ids))
+    ctx = objectives.make_context(config, tok, most_frequent_token(data.token_counts,
+                                                                  tok.special_ids))
     tx = optimizer.make_optimizer(config.train)
     objective = objectives.OBJECTIVES[config.objective]
     step = make_step(ctx, tx, objective, config.train.grad_accum_steps,
                      config.train.debug_nan_at_step)
     # Shardings are known only after init; compile_fns wraps step_fn in jit then.
     fps = flops.config_train_flops_per_step(config)
-    return Run(config, workdir, mesh, tok, ctx, tx, train_rows, valid_rows, None, step, None, fps,
+    return Run(config, workdir, mesh, tok, ctx, tx, data.train, data.valid, None, step, None, fps,
                partitioning.batch_sharding(mesh), partitioning.replicated(mesh))
 
 

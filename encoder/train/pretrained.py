@@ -46,4 +46,6 @@ def load(init_from: str) -> Pretrained:
         state=checkpoint.ocp.args.StandardRestore()))
     mngr.close()
     tok_path = run.data.tokenizer or os.path.join(init_from, "tokenizer", "sp.model")
+    if not run.data.tokenizer and not os.path.exists(tok_path):  # a WordPiece folder
+        tok_path = os.path.join(init_from, "tokenizer")
     return Pretrained(run.model, restored["state"]["params"], tokenizer_lib.load(tok_path), run)

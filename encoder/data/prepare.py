@@ -1,0 +1,550 @@
+"""Text in, a prepared corpus out: tokenize once, in parallel, into ArrayRecord shards.
+
+    python -m encoder.data.prepare --input=FILES --out=DIR [--tokenizer=PATH | --vocab_size=N]
+        [--num_workers=N] [--machine_index=I --num_machines=M] [--engine=local|beam]
+
+FILES are what `data.train_files` takes (comma-separated files, folders,
+globs; `stdlib` for the embedded corpus). The job is cut into units of about
+--shard_mb MB of text, each cut placed at a document start, so every unit
+is independent: a unit reads its byte ranges as a stream, tokenizes, splits
+train/valid by content hash (corpus.is_validation) and writes one shard per
+split plus a `units/NNNNN.json` marker that is the unit's proof of completion.
+Units run in worker processes (--num_workers), on several machines (unit i
+goes to machine i % M) or as a Beam pipeline (prepare_beam.py); whoever
+finds every marker present writes `manifest.json`. A killed prepare started
+again redoes only the units without a marker, so no document is lost or
+written twice. Memory is bounded by one unit's tokenize buffer per worker,
+whatever the corpus size. See shards.py for the format.
+
+Without --tokenizer a sentencepiece model is trained first, on documents
+sampled evenly over the whole corpus (windows spread across its bytes,
+validation documents left out).
+"""
+import dataclasses
+import hashlib
+import json
+import os
+import random
+import shutil
+import sys
+import time
+from typing import Iterator
+
+import numpy as np
+
+from encoder.data import corpus, shards, tokenizer as tokenizer_lib
+
+STDLIB = "stdlib"           # --input naming the embedded corpus
+TOKENIZE_CHUNK = 256        # documents per encode_batch call
+
+
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Bytes [start, end) of a file, or documents [start, end) of the embedded corpus."""
+    path: str
+    start: int
+    end: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything that decides a prepared corpus's content (its plan fingerprint)."""
+    one_doc_per_line: bool = False
+    max_line_chars: int = 100_000
+    valid_fraction: float = 0.05
+    shard_mb: float = 16.0
+
+
+# ---------------------------------------------------------------- planning
+
+def _next_doc_start(f, offset: int, limit: int, s: Settings) -> int | None:
+    """The first document start at or after offset (None if none before limit)."""
+    f.seek(offset - 1)
+    f.readline()                      # to the first line that starts at or after offset
+    pos = f.tell()
+    if s.one_doc_per_line:
+        return pos
+    seen_blank = False
+    while pos < limit:
+        raw = f.readline(4 * s.max_line_chars + 2)
+        if not raw:
+            return None
+        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
+        if not text.strip() and len(text) <= s.max_line_chars:
+            seen_blank = True
+        elif seen_blank:
+            return pos                # a non-blank line right after a blank one
+        pos += len(raw)
+    return None
+
+
+def plan_units(spec: str, s: Settings) -> tuple[list[tuple[Piece, ...]], corpus.CorpusStats]:
+    """Cuts the input into units of about s.shard_mb MB, each cut at a document start."""
+    budget = max(1, int(s.shard_mb * 2**20))
+    stats = corpus.CorpusStats()
+    units, current, used = [], [], 0
+    if spec == STDLIB:
+        docs = _stdlib()
+        i0 = 0
+        for i, d in enumerate(docs):
+            used += len(d.encode("utf-8"))
+            if used >= budget:
+                units.append((Piece(STDLIB, i0, i + 1),))
+                i0, used = i + 1, 0
+        if i0 < len(docs):
+            units.append((Piece(STDLIB, i0, len(docs)),))
+        stats.files = 1
+        return units, stats
+    for path in corpus.expand_paths(spec):
+        if not corpus.usable(path, stats):
+            continue
+        stats.files += 1
+        size, pos = os.path.getsize(path), 0
+        with open(path, "rb") as f:
+            while size - pos > budget - used:
+                cut = _next_doc_start(f, pos + budget - used, pos + 2 * budget, s)
+                if cut is None or cut >= size:
+                    break
+                if cut > pos:
+                    current.append(Piece(path, pos, cut))
+                units.append(tuple(current))
+                current, used, pos = [], 0, cut
+        current.append(Piece(path, pos, size))
+        used += size - pos
+        if used >= budget:
+            units.append(tuple(current))
+            current, used = [], 0
+    if current:
+        units.append(tuple(current))
+    if not units:
+        raise ValueError(f"no readable text in --input={spec!r} ({stats.summary()})")
+    return units, stats
+
+
+_STDLIB_DOCS: list[str] = []
+
+
+def _stdlib() -> list[str]:
+    if not _STDLIB_DOCS:
+        _STDLIB_DOCS.extend(corpus.stdlib_documents())
+    return _STDLIB_DOCS
+
+
+def unit_bytes(unit) -> int:
+    return sum(len(d.encode("utf-8")) for p in unit if p.path == STDLIB
+               for d in _stdlib()[p.start:p.end]) + sum(
+        p.end - p.start for p in unit if p.path != STDLIB)
+
+
+def read_unit(unit, s: Settings, stats: corpus.CorpusStats) -> Iterator[str]:
+    for p in unit:
+        if p.path == STDLIB:
+            for d in _stdlib()[p.start:p.end]:
+                stats.documents += 1
+                yield d
+        else:
+            yield from corpus.read_range(p.path, p.start, p.end, s.one_doc_per_line,
+                                         s.max_line_chars, stats)
+
+
+def plan_fingerprint(spec: str, units, s: Settings, tok_fingerprint: str) -> str:
+    h = hashlib.sha256(json.dumps([dataclasses.asdict(s), tok_fingerprint]).encode())
+    for unit in units:
+        for p in unit:
+            st = (os.stat(p.path).st_mtime_ns, os.path.getsize(p.path)) if p.path != STDLIB \
+                else (sys.version,)
+            h.update(json.dumps([os.path.abspath(p.path), p.start, p.end, *st]).encode())
+    return h.hexdigest()[:20]
+
+
+# ---------------------------------------------------------------- the tokenizer
+
+def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> Iterator[str]:
+    """Training documents spread evenly over the corpus, about sample_chars in all.
+
+    The corpus's bytes are cut into equal strata; from a random point of each
+    stratum whole documents are read (validation documents skipped) until the
+    stratum's share is reached. A corpus within the budget is read whole.
+    """
+    pieces = [p for unit in units for p in unit]
+    total = sum(unit_bytes((p,)) for p in pieces)
+    keep = lambda d: not corpus.is_validation(d, s.valid_fraction)  # noqa: E731
+    if total <= sample_chars:
+        for unit in units:
+            yield from filter(keep, read_unit(unit, s, corpus.CorpusStats()))
+        return
+    rng = random.Random(seed)
+    n = max(1, min(4096, sample_chars // 65536))
+    share = sample_chars / n
+    starts = np.cumsum([0] + [unit_bytes((p,)) for p in pieces])
+    for w in range(n):
+        at = int((w + rng.random() * 0.5) * total / n)
+        k = int(np.searchsorted(starts, at, side="right")) - 1
+        p = pieces[k]
+        offset = p.start + at - int(starts[k])
+        if p.path == STDLIB:  # offsets count bytes; find the document there
+            sizes = np.cumsum([len(d.encode("utf-8")) for d in _stdlib()[p.start:p.end]])
+            first = p.start + int(np.searchsorted(sizes, offset - p.start, side="right"))
+            docs = iter(_stdlib()[first:p.end])
+        else:
+            with open(p.path, "rb") as f:
+                begin = _next_doc_start(f, offset, p.end, s) if offset > 0 else 0
+            if begin is None:
+                continue
+            docs = corpus.read_range(p.path, begin, os.path.getsize(p.path),
+                                     s.one_doc_per_line, s.max_line_chars)
+        got = 0
+        for d in filter(keep, docs):
+            yield d
+            got += len(d)
+            if got >= share:
+                break
+
+
+def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
+                    tokenizer_type: str = "unigram", sample_chars: int = 4_000_000) -> str:
+    prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
+    return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars), prefix,
+                                             vocab_size, tokenizer_type, sample_chars)
+
+
+def install_tokenizer(source: str, out: str) -> str:
+    """Copies a .model file or a WordPiece folder into OUT/tokenizer; returns its path there."""
+    dest_dir = os.path.join(out, "tokenizer")
+    os.makedirs(dest_dir, exist_ok=True)
+    if os.path.isdir(source):
+        for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
+                     "special_tokens_map.json"):
+            if os.path.exists(os.path.join(source, name)):
+                shutil.copy(os.path.join(source, name), os.path.join(dest_dir, name))
+        return dest_dir
+    dest = os.path.join(dest_dir, "sp.model")
+    if os.path.abspath(source) != os.path.abspath(dest):
+        shutil.copy(source, dest)
+    return dest
+
+
+# ---------------------------------------------------------------- one unit
+
+_TOKENIZERS: dict = {}
+
+
+def _tokenizer(path: str):
+    if path not in _TOKENIZERS:
+        _TOKENIZERS[path] = tokenizer_lib.load(path)
+    return _TOKENIZERS[path]
+
+
+def _marker_path(out: str, unit_id: int) -> str:
+    return os.path.join(out, "units", f"{unit_id:05d}.json")
+
+
+def _atomic_json(path: str, obj) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
+
+
+def process_unit(job: tuple) -> dict:
+    """Tokenizes one unit into a train and a valid shard; writes its marker last."""
+    from array_record.python import array_record_module
+    unit_id, unit, s, tok_path, out = job
+    tok = _tokenizer(tok_path)
+    dtype = shards.token_dtype(tok.vocab_size)
+    stats = corpus.CorpusStats()
+    empty = 0
+    counts = np.zeros(tok.vocab_size, np.int64)
+    os.makedirs(os.path.join(out, "shards"), exist_ok=True)
+    part = {}
+    for split in shards.SPLITS:
+        tmp = os.path.join(out, "shards", f".{split}-{unit_id:05d}.tmp{os.getpid()}")
+        part[split] = dict(tmp=tmp, writer=array_record_module.ArrayRecordWriter(
+            tmp, "group_size:1"), offsets=[0], tokens=0)
+
+    def flush(docs):
+        nonlocal empty
+        for doc, ids in zip(docs, tok.encode_batch(docs, num_threads=1)):
+            if not ids:
+                empty += 1
+                continue
+            p = part["valid" if corpus.is_validation(doc, s.valid_fraction) else "train"]
+            p["writer"].write(shards.encode_record(ids, dtype))
+            p["offsets"].append(p["offsets"][-1] + len(ids) + 1)
+            p["tokens"] += len(ids)
+            if p is part["train"]:
+                counts[:] += np.bincount(ids, minlength=tok.vocab_size)
+
+    buffer = []
+    for doc in read_unit(unit, s, stats):
+        buffer.append(doc)
+        if len(buffer) == TOKENIZE_CHUNK:
+            flush(buffer)
+            buffer = []
+    flush(buffer)
+    result = {"unit": unit_id, "bytes_in": unit_bytes(unit), "shards": {},
+              "stats": {**dataclasses.asdict(stats), "files": 0, "empty_documents": empty}}
+    for split, p in part.items():
+        p["writer"].close()
+        name = f"shards/{split}-{unit_id:05d}"
+        os.replace(p["tmp"], os.path.join(out, name + ".array_record"))
+        tmp_index = os.path.join(out, name + f".offsets.tmp{os.getpid()}.npy")
+        np.save(tmp_index, np.asarray(p["offsets"], np.int64))
+        os.replace(tmp_index, os.path.join(out, name + ".offsets.npy"))
+        path = os.path.join(out, name + ".array_record")
+        result["shards"][split] = dataclasses.asdict(shards.Shard(
+            file=name + ".array_record", index=name + ".offsets.npy",
+            documents=len(p["offsets"]) - 1, tokens=p["tokens"], bytes=os.path.getsize(path),
+            sha256=shards.file_sha256(path)))
+    counts_name = f"units/{unit_id:05d}.counts.npy"
+    os.makedirs(os.path.join(out, "units"), exist_ok=True)
+    np.save(os.path.join(out, counts_name), counts)
+    result["counts"] = counts_name
+    _atomic_json(_marker_path(out, unit_id), result)
+    return result
+
+
+def _finished(out: str, unit_id: int) -> dict | None:
+    """The unit's marker if it and the files it lists are intact."""
+    path = _marker_path(out, unit_id)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        marker = json.load(f)
+    for sh in marker["shards"].values():
+        file = os.path.join(out, sh["file"])
+        if not os.path.exists(file) or os.path.getsize(file) != sh["bytes"]:
+            return None
+    return marker
+
+
+# ---------------------------------------------------------------- the whole job
+
+@dataclasses.dataclass
+class Job:
+    """A planned prepare: its units, settings, tokenizer and output folder."""
+    spec: str
+    out: str
+    units: list
+    settings: Settings
+    tokenizer_path: str
+    plan_stats: corpus.CorpusStats
+    fingerprint: str
+
+    def pending(self, machine_index: int = 0, num_machines: int = 1) -> list[int]:
+        return [i for i in range(len(self.units))
+                if i % num_machines == machine_index and _finished(self.out, i) is None]
+
+    def jobs(self, ids) -> list[tuple]:
+        return [(i, self.units[i], self.settings, self.tokenizer_path, self.out) for i in ids]
+
+
+def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int = 32768,
+         tokenizer_type: str = "unigram", sample_chars: int = 4_000_000,
+         may_train_tokenizer: bool = True) -> Job:
+    """Plans the units, puts the tokenizer in OUT/tokenizer, checks a resumed plan."""
+    units, plan_stats = plan_units(spec, s)
+    os.makedirs(out, exist_ok=True)
+    if tokenizer:
+        tok_path = install_tokenizer(tokenizer, out)
+    else:
+        tok_path = os.path.join(out, "tokenizer", "sp.model")
+        if not os.path.exists(tok_path):
+            if not may_train_tokenizer:
+                raise ValueError(f"{out} has no tokenizer yet: pass --tokenizer=PATH, or train "
+                                 "it first with --tokenizer_only (one machine)")
+            train_tokenizer(units, s, tok_path, vocab_size, tokenizer_type, sample_chars)
+    fp = plan_fingerprint(spec, units, s, _tokenizer(tok_path).fingerprint())
+    plan_file = os.path.join(out, "plan.json")
+    if os.path.exists(plan_file):
+        with open(plan_file) as f:
+            old = json.load(f)
+        if old["fingerprint"] != fp:
+            raise ValueError(
+                f"{out} holds a prepare of different input or settings (plan {old['fingerprint']}"
+                f", now {fp}: the files, their sizes or dates, the tokenizer or a setting "
+                "changed); use a new --out, or delete the folder to start over")
+    else:
+        _atomic_json(plan_file, {"fingerprint": fp, "input": spec, "units": len(units),
+                                 "settings": dataclasses.asdict(s)})
+    return Job(spec, out, units, s, tok_path, plan_stats, fp)
+
+
+class Progress:
+    """Units, documents, tokens, MB/s and ETA on one line of stderr."""
+
+    def __init__(self, job: Job, todo: list[int], enabled: bool = True):
+        self.total_bytes = sum(unit_bytes(job.units[i]) for i in todo)
+        self.units, self.done = len(todo), 0
+        self.bytes = self.docs = self.tokens = 0
+        self.t0, self.last = time.time(), 0.0
+        self.enabled = enabled
+
+    def update(self, marker: dict) -> None:
+        self.done += 1
+        self.bytes += marker["bytes_in"]
+        self.docs += sum(s["documents"] for s in marker["shards"].values())
+        self.tokens += sum(s["tokens"] for s in marker["shards"].values())
+        now = time.time()
+        if self.enabled and (now - self.last > 0.5 or self.done == self.units):
+            self.last = now
+            rate = self.bytes / max(now - self.t0, 1e-9)
+            eta = (self.total_bytes - self.bytes) / max(rate, 1e-9)
+            sys.stderr.write(f"\r[prepare] {self.done}/{self.units} units, {self.docs:,} docs, "
+                             f"{self.tokens:,} tokens, {rate / 2**20:.1f} MB/s, ETA {eta:.0f}s ")
+            if self.done == self.units:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes / 2**20 / max(time.time() - self.t0, 1e-9)
+
+
+def run_units(job: Job, ids: list[int], num_workers: int, progress: bool = True) -> Progress:
+    """Processes units in this process (1 worker) or in a spawn pool of num_workers."""
+    bar = Progress(job, ids, progress)
+    if num_workers <= 1 or len(ids) <= 1:
+        for j in job.jobs(ids):
+            bar.update(process_unit(j))
+        return bar
+    import multiprocessing
+    # spawn: safe beside JAX's threads, and the workers import no JAX at all.
+    with multiprocessing.get_context("spawn").Pool(min(num_workers, len(ids))) as pool:
+        for marker in pool.imap_unordered(process_unit, job.jobs(ids)):
+            bar.update(marker)
+    return bar
+
+
+def finalize(job: Job, command: str = "") -> dict | None:
+    """Writes manifest.json from the unit markers once every unit is done (else None)."""
+    markers = [_finished(job.out, i) for i in range(len(job.units))]
+    if any(m is None for m in markers):
+        return None
+    tok = _tokenizer(job.tokenizer_path)
+    splits = {}
+    for split in shards.SPLITS:
+        listed = [m["shards"][split] for m in markers if m["shards"][split]["documents"]]
+        splits[split] = {"documents": sum(x["documents"] for x in listed),
+                         "tokens": sum(x["tokens"] for x in listed), "shards": listed}
+    stats = dataclasses.asdict(job.plan_stats)
+    stats["empty_documents"] = 0
+    counts = np.zeros(tok.vocab_size, np.int64)
+    for m in markers:
+        for k, v in m["stats"].items():
+            stats[k] = stats.get(k, 0) + v
+        counts += np.load(os.path.join(job.out, m["counts"]))
+    np.save(os.path.join(job.out, "token_counts.npy"), counts)
+    manifest = {
+        "format": shards.FORMAT, "version": shards.VERSION,
+        "tokenizer": {"path": os.path.relpath(job.tokenizer_path, job.out),
+                      "fingerprint": tok.fingerprint(), "vocab_size": tok.vocab_size,
+                      "source": job.tokenizer_path},
+        "token_dtype": shards.token_dtype(tok.vocab_size),
+        "input": job.spec, "settings": dataclasses.asdict(job.settings),
+        "plan": job.fingerprint, "units": len(job.units), "splits": splits, "stats": stats,
+        "token_counts": "token_counts.npy", "command": command,
+    }
+    _atomic_json(os.path.join(job.out, shards.MANIFEST), manifest)
+    return manifest
+
+
+def prepare(spec: str, out: str, s: Settings = Settings(), tokenizer: str = "",
+            vocab_size: int = 32768, num_workers: int = 1, tokenizer_type: str = "unigram",
+            sample_chars: int = 4_000_000, machine_index: int = 0, num_machines: int = 1,
+            progress: bool = False, command: str = "") -> dict | None:
+    """Plans, runs this machine's pending units and writes the manifest when all are done."""
+    if os.path.exists(os.path.join(out, shards.MANIFEST)) and not os.path.exists(
+            os.path.join(out, "plan.json")):
+        raise ValueError(f"{out}: a manifest without plan.json; not a folder this command made")
+    job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars,
+               may_train_tokenizer=num_machines == 1)
+    if os.path.exists(os.path.join(out, shards.MANIFEST)):
+        with open(os.path.join(out, shards.MANIFEST)) as f:
+            manifest = json.load(f)
+        if manifest.get("plan") == job.fingerprint:
+            return manifest
+    todo = job.pending(machine_index, num_machines)
+    bar = run_units(job, todo, num_workers, progress)
+    manifest = finalize(job, command)
+    if manifest is not None:
+        manifest["_mb_per_s"] = bar.mb_per_s
+    return manifest
+
+
+def summary(manifest: dict) -> str:
+    sp = manifest["splits"]
+    st = manifest["stats"]
+    return (f"prepared {sp['train']['documents']:,} train / {sp['valid']['documents']:,} valid "
+            f"documents, {sp['train']['tokens']:,} / {sp['valid']['tokens']:,} tokens in "
+            f"{len(sp['train']['shards'])} + {len(sp['valid']['shards'])} shards; "
+            + ", ".join(f"{k}={v}" for k, v in st.items()))
+
+
+def main(argv):
+    from absl import flags
+    FLAGS = flags.FLAGS
+    if len(argv) > 1:
+        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+    s = Settings(FLAGS.one_doc_per_line, FLAGS.max_line_chars, FLAGS.valid_fraction,
+                 FLAGS.shard_mb)
+    if FLAGS.verify:
+        c = shards.PreparedCorpus(FLAGS.out)
+        for split in shards.SPLITS:
+            c.verify(split, checksums=True)
+        print(f"{FLAGS.out}: every shard present with its size and checksum")
+        return
+    if not FLAGS.input:
+        raise SystemExit("--input is required (files, folders, globs, or 'stdlib')")
+    if FLAGS.tokenizer and FLAGS["vocab_size"].present:
+        raise SystemExit("give --tokenizer or --vocab_size, not both")
+    command = " ".join(["python -m encoder.data.prepare"] + sys.argv[1:])
+    if FLAGS.tokenizer_only:
+        job = plan(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer, FLAGS.vocab_size,
+                   FLAGS.tokenizer_type, FLAGS.sample_chars)
+        print(f"tokenizer: {job.tokenizer_path}")
+        return
+    if FLAGS.engine == "beam":
+        from encoder.data import prepare_beam
+        manifest = prepare_beam.prepare(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer,
+                                        FLAGS.vocab_size, FLAGS.tokenizer_type,
+                                        FLAGS.sample_chars, FLAGS.beam_options, command)
+    else:
+        manifest = prepare(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer, FLAGS.vocab_size,
+                           FLAGS.num_workers or os.cpu_count() or 1, FLAGS.tokenizer_type,
+                           FLAGS.sample_chars, FLAGS.machine_index, FLAGS.num_machines,
+                           progress=True, command=command)
+    if manifest is None:
+        print(f"machine {FLAGS.machine_index} of {FLAGS.num_machines}: its units are done; the "
+              "manifest is written by the machine that finishes last (or run once more with "
+              "--num_machines=1 to write it)")
+        return
+    print(summary(manifest))
+    print(f"train with: --config.data.train_files={FLAGS.out}")
+
+
+def define_flags():
+    from absl import flags
+    flags.DEFINE_string("input", "", "files, folders or globs (comma-separated), or 'stdlib'")
+    flags.DEFINE_string("out", None, "the prepared corpus folder", required=True)
+    flags.DEFINE_string("tokenizer", "", "an existing .model or WordPiece folder")
+    flags.DEFINE_integer("vocab_size", 32768, "vocabulary of the tokenizer trained here")
+    flags.DEFINE_integer("num_workers", 0, "worker processes (0: all cores)")
+    flags.DEFINE_enum("tokenizer_type", "unigram", ["unigram", "bpe"], "sentencepiece model")
+    flags.DEFINE_integer("sample_chars", 4_000_000, "tokenizer training sample")
+    flags.DEFINE_float("valid_fraction", 0.05, "held-out share of documents (content hash)")
+    flags.DEFINE_bool("one_doc_per_line", False, "one document per line (else blank-line blocks)")
+    flags.DEFINE_integer("max_line_chars", 100_000, "longer lines are skipped and counted")
+    flags.DEFINE_float("shard_mb", 16.0, "MB of text per unit (one shard per split each)")
+    flags.DEFINE_integer("machine_index", 0, "this machine's share: units i with i % M == this")
+    flags.DEFINE_integer("num_machines", 1, "machines sharing the job (M)")
+    flags.DEFINE_bool("tokenizer_only", False, "train/install the tokenizer into --out and stop")
+    flags.DEFINE_enum("engine", "local", ["local", "beam"], "local processes or Apache Beam")
+    flags.DEFINE_string("beam_options", "", "Beam pipeline options, e.g. '--runner=FlinkRunner'")
+    flags.DEFINE_bool("verify", False, "check every shard of --out against the manifest, stop")
+
+
+if __name__ == "__main__":
+    from absl import app
+    define_flags()
+    app.run(main)

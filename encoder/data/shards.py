@@ -1,0 +1,230 @@
+"""Prepared corpora on disk, and packed rows read from them by random access.
+
+A prepared corpus (written by encoder/data/prepare.py) is a folder:
+
+    manifest.json            what it holds: tokenizer, splits, shards, counts, command
+    tokenizer/               the tokenizer it was made with (sp.model or a WordPiece folder)
+    shards/{split}-NNNNN.array_record    one record per tokenized document
+    shards/{split}-NNNNN.offsets.npy     int64 [docs + 1]: each document's start in
+                                         the shard's token stream (tokens + one [SEP])
+    token_counts.npy         int64 [V]: token frequencies of the train split
+
+Records hold a document's token ids as little-endian `token_dtype` (uint16
+when the vocabulary fits, else int32), without special tokens, so one
+prepared corpus serves every seq_len and both position layouts.
+
+`PackedRows` is the random-access view a run trains on: row r is the r-th
+seq_len - 1 tokens of the split's stream of documents, each followed by
+[SEP], led by [CLS] (FULL-SENTENCES packing, Liu et al. 2019 §4.2) -- exactly
+the rows packing.pack_documents builds from the same documents in memory.
+Locating a row reads only the offsets index (memory-mapped) and the one to
+three records it spans, so memory and start-up time do not grow with the
+corpus, and each host reads only the rows of its own batch blocks.
+"""
+import bisect
+import dataclasses
+import hashlib
+import json
+import os
+
+import numpy as np
+
+MANIFEST = "manifest.json"
+FORMAT = "encoder-prepared-corpus"
+VERSION = 1
+SPLITS = ("train", "valid")
+
+
+class CorpusError(ValueError):
+    """A prepared corpus that cannot be read as its manifest says."""
+
+
+def is_prepared(path: str) -> bool:
+    return bool(path) and "," not in path and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def file_sha256(path: str, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def token_dtype(vocab_size: int) -> str:
+    return "uint16" if vocab_size <= 1 << 16 else "int32"
+
+
+def encode_record(ids, dtype: str) -> bytes:
+    return np.asarray(ids, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+
+
+def decode_record(record: bytes, dtype: str) -> np.ndarray:
+    return np.frombuffer(record, dtype=np.dtype(dtype).newbyteorder("<")).astype(np.int32)
+
+
+@dataclasses.dataclass
+class Shard:
+    """One shard file of a split, as the manifest lists it."""
+    file: str
+    index: str
+    documents: int
+    tokens: int
+    bytes: int
+    sha256: str
+
+    @property
+    def stream_tokens(self) -> int:
+        return self.tokens + self.documents  # each document is followed by [SEP]
+
+
+class PreparedCorpus:
+    """The manifest of a prepared folder, checked; opens shards on demand."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+        path = os.path.join(folder, MANIFEST)
+        if not os.path.isfile(path):
+            raise CorpusError(f"{folder}: not a prepared corpus (no {MANIFEST}); make one with "
+                              "python -m encoder.data.prepare --input=FILES --out=DIR")
+        try:
+            with open(path) as f:
+                self.manifest = json.load(f)
+        except json.JSONDecodeError as e:
+            raise CorpusError(f"{path}: not valid JSON ({e})") from None
+        if self.manifest.get("format") != FORMAT or self.manifest.get("version") != VERSION:
+            raise CorpusError(f"{path}: expected format {FORMAT!r} version {VERSION}, found "
+                              f"{self.manifest.get('format')!r} version "
+                              f"{self.manifest.get('version')}")
+        self.dtype = self.manifest["token_dtype"]
+        self.shards = {s: [Shard(**d) for d in self.manifest["splits"][s]["shards"]]
+                       for s in SPLITS}
+
+    @property
+    def tokenizer_path(self) -> str:
+        return os.path.join(self.folder, self.manifest["tokenizer"]["path"])
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        return self.manifest["tokenizer"]["fingerprint"]
+
+    def documents(self, split: str) -> int:
+        return sum(s.documents for s in self.shards[split])
+
+    def token_counts(self) -> np.ndarray:
+        return np.load(os.path.join(self.folder, self.manifest["token_counts"]))
+
+    def check_tokenizer(self, tokenizer) -> None:
+        if tokenizer.fingerprint() != self.tokenizer_fingerprint:
+            raise CorpusError(
+                f"{self.folder} was tokenized with tokenizer {self.tokenizer_fingerprint} "
+                f"({self.manifest['tokenizer']['source']}), but this run's tokenizer is "
+                f"{tokenizer.fingerprint()}; use the corpus's own tokenizer "
+                f"({self.tokenizer_path}) or prepare the text again")
+
+    def verify(self, split: str, checksums: bool = False) -> None:
+        """Every listed shard exists with its size (and checksum); raises naming the file."""
+        for shard in self.shards[split]:
+            for name in (shard.file, shard.index):
+                if not os.path.isfile(os.path.join(self.folder, name)):
+                    raise CorpusError(f"{self.folder}: shard file {name} is listed in the "
+                                      "manifest but missing")
+            path = os.path.join(self.folder, shard.file)
+            size = os.path.getsize(path)
+            if size != shard.bytes:
+                raise CorpusError(f"{path}: {size} bytes, the manifest says {shard.bytes} "
+                                  "(truncated or replaced); prepare the corpus again")
+            if checksums and file_sha256(path) != shard.sha256:
+                raise CorpusError(f"{path}: checksum differs from the manifest (corrupted)")
+            offsets = np.load(os.path.join(self.folder, shard.index), mmap_mode="r")
+            if len(offsets) != shard.documents + 1 or int(offsets[-1]) != shard.stream_tokens:
+                raise CorpusError(f"{os.path.join(self.folder, shard.index)}: index does not "
+                                  f"match the manifest ({shard.documents} documents)")
+
+
+class PackedRows:
+    """Random access to the FULL-SENTENCES rows of one split (a grain data source)."""
+
+    def __init__(self, corpus: PreparedCorpus, split: str, seq_len: int, cls_id: int,
+                 sep_id: int, pad_id: int, restart_positions: bool = False):
+        if seq_len < 2:
+            raise ValueError(f"seq_len must be >= 2, got {seq_len}")
+        self.corpus, self.split = corpus, split
+        self.shards = corpus.shards[split]
+        self.seq_len, self.body = seq_len, seq_len - 1
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+        self.restart_positions = restart_positions
+        self.starts = np.concatenate([[0], np.cumsum([s.stream_tokens for s in self.shards])])
+        self.total = int(self.starts[-1])
+        self.n = -(-self.total // self.body)
+        self._readers: dict = {}
+        self._offsets: dict = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getstate__(self):  # readers are reopened in another process
+        return {**self.__dict__, "_readers": {}, "_offsets": {}}
+
+    def _shard_offsets(self, s: int) -> np.ndarray:
+        if s not in self._offsets:
+            path = os.path.join(self.corpus.folder, self.shards[s].index)
+            self._offsets[s] = np.load(path, mmap_mode="r")
+        return self._offsets[s]
+
+    def _document(self, s: int, i: int) -> np.ndarray:
+        from array_record.python import array_record_module
+        path = os.path.join(self.corpus.folder, self.shards[s].file)
+        if s not in self._readers:
+            try:
+                self._readers[s] = array_record_module.ArrayRecordReader(
+                    path, "readahead_buffer_size:0")
+            except Exception as e:  # riegeli reports a damaged footer as a plain error
+                raise CorpusError(f"{path}: cannot be opened as an ArrayRecord shard "
+                                  f"({str(e).splitlines()[0]})") from None
+        try:
+            return decode_record(self._readers[s].read([i])[0], self.corpus.dtype)
+        except Exception as e:
+            raise CorpusError(f"{path}: record {i} cannot be read ({str(e).splitlines()[0]}); "
+                              "the shard is corrupted") from None
+
+    def __getitem__(self, r: int) -> dict:
+        if not 0 <= r < self.n:
+            raise IndexError(f"row {r} of {self.n}")
+        lo, hi = r * self.body, min((r + 1) * self.body, self.total)
+        ids = np.full(self.body, self.pad_id, np.int32)
+        doc_ids = np.zeros(self.body, np.int32)
+        pos = (np.arange(1, self.seq_len, dtype=np.int32) if not self.restart_positions
+               else np.zeros(self.body, np.int32))
+        s = bisect.bisect_right(self.starts, lo) - 1
+        offsets = self._shard_offsets(s)
+        i = int(np.searchsorted(offsets, lo - self.starts[s], side="right")) - 1
+        cur, k = lo, 0
+        while cur < hi:
+            if i == len(offsets) - 1:  # past this shard's last document: the next shard
+                s, i = s + 1, 0
+                offsets = self._shard_offsets(s)
+            a = int(self.starts[s] + offsets[i])          # the document's stream range [a, b)
+            b = int(self.starts[s] + offsets[i + 1])
+            end = min(b, hi)
+            doc = self._document(s, i)
+            piece = np.append(doc, self.sep_id)[cur - a:end - a]
+            k += 1
+            ids[cur - lo:end - lo] = piece
+            doc_ids[cur - lo:end - lo] = k
+            if self.restart_positions:
+                first = np.arange(cur, end)
+                pos[cur - lo:end - lo] = first - lo + 1 if a <= lo else first - a
+            cur, i = end, i + 1
+        real = np.arange(self.body) < hi - lo
+        return {
+            "input_ids": np.concatenate([[self.cls_id], ids]).astype(np.int32),
+            "segment_ids": np.zeros(self.seq_len, np.int32),
+            "attention_mask": np.concatenate([[1], real]).astype(np.int32),
+            "document_ids": np.concatenate([[1], doc_ids]).astype(np.int32),
+            "positions": np.concatenate([[0], pos]).astype(np.int32),
+        }
+
+    def read_batch(self, indices) -> dict:
+        rows = [self[int(i)] for i in indices]
+        return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
