@@ -174,8 +174,8 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
             yield from filter(keep, read_unit(unit, s, corpus.CorpusStats()))
         return
     rng = random.Random(seed)
-    n = max(1, min(4096, sample_chars // 65536))
-    share = sample_chars / n
+    n = max(1, min(4096, sample_chars // 16384))
+    share, owed = sample_chars / n, 0.0
     starts = np.cumsum([0] + [unit_bytes((p,)) for p in pieces])
     for w in range(n):
         at = int((w + rng.random() * 0.5) * total / n)
@@ -190,15 +190,17 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
             with open(p.path, "rb") as f:
                 begin = _next_doc_start(f, offset, p.end, s) if offset > 0 else 0
             if begin is None:
+                owed += share
                 continue
             docs = corpus.read_range(p.path, begin, os.path.getsize(p.path),
                                      s.one_doc_per_line, s.max_line_chars)
-        got = 0
+        got, want = 0, share + owed
         for d in filter(keep, docs):
             yield d
             got += len(d)
-            if got >= share:
+            if got >= want:
                 break
+        owed = max(0.0, want - got)  # a window cut short by a file's end: the next reads more
 
 
 def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
@@ -264,6 +266,7 @@ def process_unit(job: tuple) -> dict:
 
     def flush(docs):
         nonlocal empty
+        train_ids = []
         for doc, ids in zip(docs, tok.encode_batch(docs, num_threads=1)):
             if not ids:
                 empty += 1
@@ -273,7 +276,8 @@ def process_unit(job: tuple) -> dict:
             p["offsets"].append(p["offsets"][-1] + len(ids) + 1)
             p["tokens"] += len(ids)
             if p is part["train"]:
-                counts[:] += np.bincount(ids, minlength=tok.vocab_size)
+                train_ids.extend(ids)
+        counts[:] += np.bincount(np.asarray(train_ids, np.int64), minlength=tok.vocab_size)
 
     buffer = []
     for doc in read_unit(unit, s, stats):
