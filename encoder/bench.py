@@ -20,8 +20,20 @@ Train step (default):
 Input pipeline:
     python -m encoder.bench --mode=pipeline [--seq_len=128]
 
-  tokens/s of tokenize + pack + batch on the embedded corpus (no cache), and
-  that figure as a multiple of the tiny model's train-step tokens/s here.
+  tokens/s of prepare (tokenize into shards) and of reading packed, shuffled
+  batches back from them, on the embedded corpus, each as a multiple of the
+  tiny model's train-step tokens/s here.
+
+Corpus preparation at scale:
+    python -m encoder.bench --mode=prepare [--sizes_mb=25,250,2500] [--workers=1,2]
+        [--bench_dir=DIR]
+
+  Builds text corpora of each size by repeating the embedded corpus (each
+  copy's documents marked, so they are distinct), then for each: prepare's
+  MB/s and peak resident memory (the whole process tree) with each worker
+  count, a training run's peak memory and seconds to its first step on the
+  prepared corpus, and batches/s read back from it. Runs subprocesses; the
+  corpora stay in --bench_dir (default: a temporary folder, removed).
 """
 import json
 import statistics
@@ -33,7 +45,10 @@ import numpy as np
 import optax
 from absl import app, flags
 
-flags.DEFINE_enum("mode", "step", ["step", "pipeline"], "what to benchmark")
+flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare"], "what to benchmark")
+flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
+flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
+flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
 flags.DEFINE_string("size", "mini", "model size preset")
 flags.DEFINE_integer("seq_len", 128, "tokens per row")
 flags.DEFINE_integer("batch_size", 32, "rows per step")
@@ -208,31 +223,157 @@ def bench_steps():
 
 def bench_pipeline():
     import tempfile
-    from encoder import config as config_lib
-    from encoder.data import corpus, pipeline, tokenizer as tokenizer_lib
-    config = config_lib.base_config()
-    config.data.seq_len = FLAGS.seq_len
+    from encoder.data import pipeline, prepare, shards, tokenizer as tokenizer_lib
+    from encoder.data import corpus
     docs = corpus.stdlib_documents()
     with tempfile.TemporaryDirectory() as tmp:
         tok = tokenizer_lib.load(tokenizer_lib.train_sentencepiece(docs, f"{tmp}/sp", 8000))
         t0 = time.perf_counter()
-        rows = pipeline.build_rows(docs, tok, config.data, cache_dir=None)
-        it = pipeline.batch_iterator(rows, 32, seed=0, repeat=False)
-        n = sum(int(b["attention_mask"].sum()) for b in it)
-        elapsed = time.perf_counter() - t0
-    pipe_tps = n / elapsed
+        manifest = prepare.prepare(prepare.STDLIB, f"{tmp}/prep", tokenizer=tok.path)
+        prep_s = time.perf_counter() - t0
+        c = shards.PreparedCorpus(f"{tmp}/prep")
+        rows = shards.PackedRows(c, "train", FLAGS.seq_len, tok.cls_id, tok.sep_id, tok.pad_id)
+        t0 = time.perf_counter()
+        n = sum(int(b["attention_mask"].sum())
+                for b in pipeline.batch_iterator(rows, 32, seed=0, repeat=False))
+        read_s = time.perf_counter() - t0
     FLAGS.size, FLAGS.vocab_size = "tiny", 8000
     from encoder.train import flops
     step = ours(bench_config(), flops.peak_flops_per_device())
+    tokens = manifest["splits"]["train"]["tokens"] + manifest["splits"]["valid"]["tokens"]
     print(json.dumps({"benchmark": "pipeline", "documents": len(docs), "tokens": n,
-                      "seconds": round(elapsed, 3), "tokens_per_s": round(pipe_tps),
+                      "prepare_tokens_per_s": round(tokens / prep_s),
+                      "read_tokens_per_s": round(n / read_s),
                       "tiny_train_step_tokens_per_s": step["tokens_per_s"],
-                      "pipeline_over_train_step": round(pipe_tps / step["tokens_per_s"], 1)}))
+                      "read_over_train_step": round(n / read_s / step["tokens_per_s"], 1),
+                      "prepare_over_train_step": round(tokens / prep_s / step["tokens_per_s"],
+                                                       1)}))
+
+
+def _tree_rss(pid: int) -> int:
+    """Resident bytes of a process and all its descendants (Linux /proc)."""
+    import os
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        todo.extend(children.get(p, []))
+        try:
+            with open(f"/proc/{p}/statm") as f:
+                total += int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            pass
+    return total
+
+
+def _measure(cmd: list[str], until: str = "") -> dict:
+    """Runs cmd; wall seconds, peak tree RSS, and seconds until a stdout line starts with until."""
+    import subprocess
+    import threading
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: dict = {}
+    lines: list[str] = []
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if until and "until" not in seen and line.startswith(until):
+                seen["until"] = time.perf_counter() - t0
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    peak = 0
+    while proc.poll() is None:
+        peak = max(peak, _tree_rss(proc.pid))
+        time.sleep(0.1)
+    reader.join()
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed:\n{''.join(lines[-30:])}")
+    return {"seconds": round(time.perf_counter() - t0, 2), "peak_rss_gb": round(peak / 2**30, 3),
+            "until_s": round(seen["until"], 2) if "until" in seen else None}
+
+
+def _write_corpus(folder: str, size_mb: float, docs: list[str], files: int = 8) -> int:
+    import os
+    os.makedirs(folder, exist_ok=True)
+    target, written, copy = size_mb * 2**20, 0, 0
+    handles = [open(f"{folder}/part-{k:02d}.txt", "w", encoding="utf-8") for k in range(files)]
+    try:
+        while written < target:
+            for i, d in enumerate(docs):
+                text = f"{d}\n(copy {copy})\n\n"
+                handles[i % files].write(text)
+                written += len(text.encode("utf-8"))
+                if written >= target:
+                    break
+            copy += 1
+    finally:
+        for h in handles:
+            h.close()
+    return written
+
+
+def bench_prepare():
+    import os
+    import shutil
+    import sys
+    import tempfile
+    from encoder.data import corpus, pipeline, shards, tokenizer as tokenizer_lib
+    root = FLAGS.bench_dir or tempfile.mkdtemp(prefix="encoder-bench-")
+    docs = corpus.stdlib_documents()
+    tok_path = tokenizer_lib.train_sentencepiece(docs, f"{root}/sp", 8000)
+    tok = tokenizer_lib.load(tok_path)
+    py = sys.executable
+    try:
+        for size in map(float, FLAGS.sizes_mb):
+            text = f"{root}/text-{size:g}"
+            if not os.path.exists(text):
+                _write_corpus(text, size, docs)
+            mb = sum(os.path.getsize(f"{text}/{n}") for n in os.listdir(text)) / 2**20
+            out = ""
+            for w in map(int, FLAGS.workers):
+                out = f"{root}/prepared-{size:g}-w{w}"
+                shutil.rmtree(out, ignore_errors=True)
+                m = _measure([py, "-m", "encoder.data.prepare", f"--input={text}",
+                              f"--out={out}", f"--tokenizer={tok_path}", f"--num_workers={w}"])
+                print(json.dumps({"benchmark": "prepare", "corpus_mb": round(mb, 1),
+                                  "workers": w, "seconds": m["seconds"],
+                                  "mb_per_s": round(mb / m["seconds"], 2),
+                                  "peak_rss_gb": m["peak_rss_gb"]}), flush=True)
+            work = f"{root}/run-{size:g}"
+            shutil.rmtree(work, ignore_errors=True)
+            m = _measure([py, "-m", "encoder.main", "--config=experiments/pretrain.py",
+                          f"--workdir={work}", f"--config.data.train_files={out}",
+                          "--config.train.num_steps=2", "--config.train.log_every=1",
+                          "--config.train.eval_every=0", "--config.train.progress=false"],
+                         until="step 1:")
+            c = shards.PreparedCorpus(out)
+            rows = shards.PackedRows(c, "train", 128, tok.cls_id, tok.sep_id, tok.pad_id)
+            it = pipeline.batch_iterator(rows, 32, seed=0)
+            t0 = time.perf_counter()
+            n = sum(int(next(it)["attention_mask"].sum()) for _ in range(300))
+            print(json.dumps({"benchmark": "train_start", "corpus_mb": round(mb, 1),
+                              "train_rows": len(rows), "seconds_to_first_step": m["until_s"],
+                              "peak_rss_gb": m["peak_rss_gb"],
+                              "shuffled_read_tokens_per_s": round(n / (time.perf_counter() - t0))
+                              }), flush=True)
+            shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if not FLAGS.bench_dir:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 def main(argv):
     del argv
-    bench_pipeline() if FLAGS.mode == "pipeline" else bench_steps()
+    {"pipeline": bench_pipeline, "prepare": bench_prepare, "step": bench_steps}[FLAGS.mode]()
 
 
 if __name__ == "__main__":

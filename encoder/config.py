@@ -290,13 +290,15 @@ def finetune_config() -> ml_collections.ConfigDict:
         max_seq_len=128, doc_stride=64, max_answer_tokens=30,
         tokenizer="",                  # fine-tuning from scratch (no init_from)
         valid_files="", seq_len=128))  # evaluate: held-out text (default: the run's split)
+    # learning_rate 0, num_epochs 0, finetune.dropout -1: chosen by the model's size
+    # (encoder/train/finetune_defaults.py); any value given here wins.
     config.train = ml_collections.ConfigDict(dict(
-        num_epochs=3, batch_size=32, learning_rate=5e-5, warmup_steps=0, num_steps=0,
+        num_epochs=0, batch_size=32, learning_rate=0.0, warmup_steps=0, num_steps=0,
         schedule="linear", end_learning_rate_fraction=0.0, b1=0.9, b2=0.999, eps=1e-6,
         weight_decay=0.01, clip_norm=1.0))
     config.finetune = ml_collections.ConfigDict(dict(
         mode="full",                   # full | frozen (linear probe) | lora
-        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=0.1,
+        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=-1.0,
         random_init=False))  # True: init_from's architecture and tokenizer, random weights
     config.eval = ml_collections.ConfigDict(dict(
         max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))

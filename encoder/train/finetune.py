@@ -33,7 +33,7 @@ from encoder.data import tasks as tasks_lib, tokenizer as tokenizer_lib
 from encoder.eval import metrics as metrics_lib
 from encoder.model import heads, models
 from encoder.model.encoder import encoder_params
-from encoder.train import optimizer as optimizer_lib, partitioning
+from encoder.train import finetune_defaults, optimizer as optimizer_lib, partitioning
 
 MODES = ("full", "frozen", "lora")
 
@@ -266,6 +266,8 @@ class FineTuner:
         if config.finetune.random_init:  # the same architecture and tokenizer, fresh weights
             self.pretrained, self.extra = None, {}
         self.model_cfg = self.model_cfg.copy_and_resolve_references()
+        self.config = config = config.copy_and_resolve_references()
+        finetune_defaults.resolve(config, self.model_cfg.hidden_size, self.model_cfg.num_layers)
         self.model_cfg.dropout = config.finetune.dropout
         self.model_cfg.attention_dropout = config.finetune.dropout
         if config.data.max_seq_len > self.model_cfg.max_position and \
@@ -394,6 +396,7 @@ def finetune(config, workdir: str, devices=None) -> dict:
     """Runs fine-tuning; returns {'dev': metrics, 'test': metrics}."""
     os.makedirs(workdir, exist_ok=True)
     ft = FineTuner(config, devices)
+    config = ft.config  # with the size-dependent defaults filled in
     task = config.task
     train_ex = tasks_lib.read_examples(config.data.train_file, task)
     labels = (tasks_lib.LabelSet.from_examples(train_ex, task)
