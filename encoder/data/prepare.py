@@ -36,6 +36,10 @@ from encoder.data import corpus, shards, tokenizer as tokenizer_lib
 
 STDLIB = "stdlib"           # --input naming the embedded corpus
 TOKENIZE_CHUNK = 256        # documents per encode_batch call
+# 64 records per compressed chunk: a random read then costs ~20 us whatever the shard's
+# size; one record per chunk costs O(records in the file) per read (~340 us at 119k
+# records) and triples the file size (BUILD_NOTES.md).
+WRITER_OPTIONS = "group_size:64"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +266,7 @@ def process_unit(job: tuple) -> dict:
     for split in shards.SPLITS:
         tmp = os.path.join(out, "shards", f".{split}-{unit_id:05d}.tmp{os.getpid()}")
         part[split] = dict(tmp=tmp, writer=array_record_module.ArrayRecordWriter(
-            tmp, "group_size:1"), offsets=[0], tokens=0)
+            tmp, WRITER_OPTIONS), offsets=[0], tokens=0)
 
     def flush(docs):
         nonlocal empty

@@ -172,21 +172,45 @@ class PackedRows:
             self._offsets[s] = np.load(path, mmap_mode="r")
         return self._offsets[s]
 
-    def _document(self, s: int, i: int) -> np.ndarray:
-        from array_record.python import array_record_module
-        path = os.path.join(self.corpus.folder, self.shards[s].file)
+    def _reader(self, s: int):
         if s not in self._readers:
+            from array_record.python import array_record_module
+            path = os.path.join(self.corpus.folder, self.shards[s].file)
             try:
                 self._readers[s] = array_record_module.ArrayRecordReader(
                     path, "readahead_buffer_size:0")
             except Exception as e:  # riegeli reports a damaged footer as a plain error
                 raise CorpusError(f"{path}: cannot be opened as an ArrayRecord shard "
                                   f"({str(e).splitlines()[0]})") from None
+        return self._readers[s]
+
+    def _documents(self, s: int, ids: list[int]) -> list[np.ndarray]:
+        """Documents ids of shard s, in one read call (a row spans a few documents)."""
         try:
-            return decode_record(self._readers[s].read([i])[0], self.corpus.dtype)
+            records = self._reader(s).read(ids)
+        except CorpusError:
+            raise
         except Exception as e:
-            raise CorpusError(f"{path}: record {i} cannot be read ({str(e).splitlines()[0]}); "
-                              "the shard is corrupted") from None
+            path = os.path.join(self.corpus.folder, self.shards[s].file)
+            raise CorpusError(f"{path}: records {ids} cannot be read "
+                              f"({str(e).splitlines()[0]}); the shard is corrupted") from None
+        return [decode_record(r, self.corpus.dtype) for r in records]
+
+    def _spans(self, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
+        """(shard, document, stream start, stream end) of every document meeting [lo, hi)."""
+        s = bisect.bisect_right(self.starts, lo) - 1
+        offsets = self._shard_offsets(s)
+        i = int(np.searchsorted(offsets, lo - self.starts[s], side="right")) - 1
+        spans, cur = [], lo
+        while cur < hi:
+            if i == len(offsets) - 1:  # past this shard's last document: the next shard
+                s, i = s + 1, 0
+                offsets = self._shard_offsets(s)
+            a = int(self.starts[s] + offsets[i])
+            b = int(self.starts[s] + offsets[i + 1])
+            spans.append((s, i, a, b))
+            cur, i = min(b, hi), i + 1
+        return spans
 
     def __getitem__(self, r: int) -> dict:
         if not 0 <= r < self.n:
@@ -196,26 +220,19 @@ class PackedRows:
         doc_ids = np.zeros(self.body, np.int32)
         pos = (np.arange(1, self.seq_len, dtype=np.int32) if not self.restart_positions
                else np.zeros(self.body, np.int32))
-        s = bisect.bisect_right(self.starts, lo) - 1
-        offsets = self._shard_offsets(s)
-        i = int(np.searchsorted(offsets, lo - self.starts[s], side="right")) - 1
-        cur, k = lo, 0
-        while cur < hi:
-            if i == len(offsets) - 1:  # past this shard's last document: the next shard
-                s, i = s + 1, 0
-                offsets = self._shard_offsets(s)
-            a = int(self.starts[s] + offsets[i])          # the document's stream range [a, b)
-            b = int(self.starts[s] + offsets[i + 1])
+        spans = self._spans(lo, hi)
+        docs: list[np.ndarray] = []
+        for shard in dict.fromkeys(sp[0] for sp in spans):
+            docs += self._documents(shard, [sp[1] for sp in spans if sp[0] == shard])
+        cur = lo
+        for k, ((_, _, a, b), doc) in enumerate(zip(spans, docs), start=1):
             end = min(b, hi)
-            doc = self._document(s, i)
-            piece = np.append(doc, self.sep_id)[cur - a:end - a]
-            k += 1
-            ids[cur - lo:end - lo] = piece
+            ids[cur - lo:end - lo] = np.append(doc, self.sep_id)[cur - a:end - a]
             doc_ids[cur - lo:end - lo] = k
             if self.restart_positions:
-                first = np.arange(cur, end)
-                pos[cur - lo:end - lo] = first - lo + 1 if a <= lo else first - a
-            cur, i = end, i + 1
+                at = np.arange(cur, end)
+                pos[cur - lo:end - lo] = at - lo + 1 if a <= lo else at - a
+            cur = end
         real = np.arange(self.body) < hi - lo
         return {
             "input_ids": np.concatenate([[self.cls_id], ids]).astype(np.int32),
