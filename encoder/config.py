@@ -82,8 +82,9 @@ def base_config() -> ml_collections.ConfigDict:
     ))
 
     config.data = ml_collections.ConfigDict(dict(
-        train_files="",                # comma-separated paths/globs; empty: embedded stdlib corpus
-        valid_files="",
+        train_files="",                # a prepared folder (encoder.data.prepare), or comma-separated
+                                       # text paths/globs (prepared into cache_dir); empty: stdlib
+        valid_files="",                # the same kinds; empty: the train corpus's hash split
         one_doc_per_line=False,
         seq_len=128,
         pack_mode="documents",         # documents | pairs (NSP/SOP rows)
@@ -92,8 +93,7 @@ def base_config() -> ml_collections.ConfigDict:
         tokenizer="",                  # path to a .model; empty: train one into the workdir
         tokenizer_type="unigram",      # unigram | bpe
         tokenizer_sample_chars=4_000_000,
-        cache_dir="",                  # empty: WORKDIR/cache
-        shuffle_buffer=0,              # 0: global shuffle (random access)
+        cache_dir="",                  # prepared plain text goes here; empty: WORKDIR/cache
         valid_fraction=0.05,           # embedded corpus: held-out share of documents
         max_line_chars=100_000,
     ))
