@@ -404,24 +404,19 @@ class Progress:
                 sys.stderr.write("\n")
             sys.stderr.flush()
 
-    @property
-    def mb_per_s(self) -> float:
-        return self.bytes / 2**20 / max(time.time() - self.t0, 1e-9)
 
-
-def run_units(job: Job, ids: list[int], num_workers: int, progress: bool = True) -> Progress:
+def run_units(job: Job, ids: list[int], num_workers: int, progress: bool = True) -> None:
     """Processes units in this process (1 worker) or in a spawn pool of num_workers."""
     bar = Progress(job, ids, progress)
     if num_workers <= 1 or len(ids) <= 1:
         for j in job.jobs(ids):
             bar.update(process_unit(j))
-        return bar
+        return
     import multiprocessing
     # spawn: safe beside JAX's threads, and the workers import no JAX at all.
     with multiprocessing.get_context("spawn").Pool(min(num_workers, len(ids))) as pool:
         for marker in pool.imap_unordered(process_unit, job.jobs(ids)):
             bar.update(marker)
-    return bar
 
 
 def finalize(job: Job, command: str = "") -> dict | None:
@@ -473,11 +468,8 @@ def prepare(spec: str, out: str, s: Settings = Settings(), tokenizer: str = "",
         if manifest.get("plan") == job.fingerprint:
             return manifest
     todo = job.pending(machine_index, num_machines)
-    bar = run_units(job, todo, num_workers, progress)
-    manifest = finalize(job, command)
-    if manifest is not None:
-        manifest["_mb_per_s"] = bar.mb_per_s
-    return manifest
+    run_units(job, todo, num_workers, progress)
+    return finalize(job, command)
 
 
 def summary(manifest: dict) -> str:
