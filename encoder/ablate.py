@@ -105,7 +105,7 @@ def variant_name(variant: dict) -> str:
 
 def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict]:
     """One entry per run: name, seed, resolved config."""
-    from encoder import config as config_lib
+    from encoder.train import pretrain
     runs, budget = [], None
     for variant in variants:
         config = apply_variant(base, variant)
@@ -116,7 +116,7 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
         for seed in range(seeds):
             c = config.copy_and_resolve_references()
             c.seed = seed
-            config_lib.validate(c)
+            pretrain.validate(c)
             runs.append({"variant": variant_name(variant), "seed": seed, "config": c,
                          "flops_per_step": fps,
                          "dir": f"{variant_name(variant).replace('/', '_')}__seed{seed}"})

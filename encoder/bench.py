@@ -79,7 +79,8 @@ def bench_config():
     config.train.batch_size = FLAGS.batch_size
     config.train.num_steps = 1000
     config.mesh.data, config.mesh.fsdp = -1, 1
-    config_lib.validate(config)
+    from encoder.train import pretrain
+    pretrain.validate(config)
     return config
 
 
@@ -121,23 +122,24 @@ def time_step(step, state, batch, rng_fn):
 
 def ours(config, peak):
     from encoder.objectives import objectives
-    from encoder.train import flops, loop, optimizer, partitioning
+    from encoder.train import flops, optimizer, partitioning, pretrain, trainer as trainer_lib
 
     class FakeTokenizer:
         special_ids, mask_id = (0, 1, 2, 3, 4), 4
         word_start_table = staticmethod(lambda: None)
 
     ctx = objectives.make_context(config, FakeTokenizer(), most_frequent_id=5)
-    tx = optimizer.make_optimizer(config.train)
-    mesh = partitioning.make_mesh(config.mesh)
-    state, shardings = loop.init_state(ctx.model, config, tx, mesh, ctx.max_predictions)
-    step = jax.jit(loop.make_step(ctx, tx, objectives.OBJECTIVES[config.objective]),
-                   in_shardings=(shardings, partitioning.batch_sharding(mesh),
-                                 partitioning.replicated(mesh)),
-                   out_shardings=(shardings, partitioning.replicated(mesh)), donate_argnums=(0,))
-    batch = partitioning.shard_batch(random_batch(config), mesh)
+    objective = objectives.OBJECTIVES[config.objective]
+    # The very step pretraining compiles (encoder/train/trainer.py), not a copy of it.
+    trainer = trainer_lib.Trainer(
+        partitioning.make_mesh(config.mesh), optimizer.make_optimizer(config.train),
+        pretrain.model_init_fn(ctx.model, config.data.seq_len, ctx.max_predictions),
+        loss_fn=lambda p, b, r: objective.loss_fn(p, b, r, ctx),
+        prepare=lambda b, r: objective.prepare(b, r, ctx), seed=config.seed)
+    state = trainer.initial_state
+    batch = trainer.shard(random_batch(config))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-    compile_s, step_s, mem, metrics = time_step(step, state, batch,
+    compile_s, step_s, mem, metrics = time_step(trainer.step_fn, state, batch,
                                                 lambda i: jax.random.key(i))
     fps = flops.config_train_flops_per_step(config)
     return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,

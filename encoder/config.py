@@ -1,12 +1,18 @@
-"""The base configuration, size presets, and validation.
+"""The pretraining configuration as plain data: base config, size presets, experiment options.
 
 One base config holds every default; experiment modules under experiments/
-state only what differs. `validate` runs before anything is compiled and
-fails with a message naming what was expected and what was found.
+state only what differs. This module imports no model, objective or training
+code: each variant name is a string checked where its table lives
+(`encoder.model.models.validate_config`, `encoder.objectives.objectives.validate`,
+`encoder.train.pretrain.validate`), before anything compiles, with the valid
+names listed. The fine-tuning schema is encoder/finetune/config.py; both use
+the same experiment-argument syntax (`parse_arg`, `apply_options`).
 """
 import math
 
 import ml_collections
+
+from encoder import registry
 
 # name: (num_layers, hidden_size, num_heads, intermediate_size)
 # tiny/mini/small/medium follow Turc et al. 2019's compact BERTs.
@@ -22,7 +28,6 @@ SIZES: dict[str, tuple[int, int, int, int]] = {
 
 def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
     """Model defaults (BERT's choices) at a named size."""
-    from encoder import registry
     layers, width, heads, ffn = registry.lookup(SIZES, size, "model size")
     return ml_collections.ConfigDict(dict(
         size=size,
@@ -127,61 +132,6 @@ def base_config() -> ml_collections.ConfigDict:
     return config
 
 
-def validate_model(cfg, seq_len: int | None = None) -> None:
-    """Raises ValueError on an impossible model config, before compiling."""
-    from encoder import registry
-    from encoder.model import attention, encoder as encoder_lib, layers, positions
-    registry.lookup(positions.POSITIONS, cfg.position, "position scheme")
-    registry.lookup(layers.NORM_PLACEMENTS, cfg.norm, "norm placement")
-    registry.lookup(layers.ACTIVATIONS, cfg.activation, "activation")
-    registry.lookup(layers.ACTIVATIONS, cfg.head_activation, "head activation")
-    registry.lookup({k: k for k in attention.ATTENTION_IMPLEMENTATIONS}, cfg.attention_impl,
-                    "attention implementation")
-    registry.lookup({k: k for k in encoder_lib.REMAT_POLICIES}, cfg.remat, "remat policy")
-    registry.lookup({"float32": 0, "bfloat16": 0, "float16": 0}, cfg.dtype, "compute dtype")
-    if cfg.hidden_size % cfg.num_heads:
-        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads "
-                         f"{cfg.num_heads}")
-    if cfg.position == "rope" and (cfg.hidden_size // cfg.num_heads) % 2:
-        raise ValueError(f"rope needs an even head dimension, got "
-                         f"{cfg.hidden_size // cfg.num_heads}")
-    for name in ("num_layers", "num_heads", "hidden_size", "intermediate_size", "vocab_size"):
-        if cfg[name] <= 0:
-            raise ValueError(f"model.{name} must be positive, got {cfg[name]}")
-    if cfg.embedding_size < 0 or cfg.embedding_size > cfg.hidden_size:
-        raise ValueError(f"embedding_size must be 0 or in [1, hidden_size={cfg.hidden_size}], "
-                         f"got {cfg.embedding_size}")
-    if cfg.local_window < 0 or cfg.local_window % 2:
-        raise ValueError(f"local_window must be 0 or a positive even width, got {cfg.local_window}")
-    if seq_len is not None and positions.POSITIONS[cfg.position].absolute is not None:
-        if seq_len > cfg.max_position:
-            raise ValueError(f"seq_len {seq_len} is longer than the {cfg.max_position} "
-                             f"{cfg.position} positions (model.max_position)")
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Validates a full experiment config (model, data, masking, objective)."""
-    from encoder import registry
-    from encoder.model import heads
-    validate_model(config.model, config.data.seq_len)
-    registry.lookup(heads.POOLING, config.pooling, "pooling rule")
-    from encoder.objectives import masking, objectives
-    registry.lookup(objectives.OBJECTIVES, config.objective, "objective")
-    registry.lookup(masking.MASKING_MODES, config.masking.mode, "masking mode")
-    registry.lookup({"none": 0, "nsp": 0, "sop": 0}, config.pair_task, "pair task")
-    m = config.masking
-    if not 0 < m.rate < 1:
-        raise ValueError(f"masking.rate must be in (0, 1), got {m.rate}")
-    if m.mask_prob < 0 or m.random_prob < 0 or m.mask_prob + m.random_prob > 1:
-        raise ValueError(f"masking.mask_prob + random_prob must be within [0, 1], "
-                         f"got {m.mask_prob} + {m.random_prob}")
-    if config.train.batch_size % config.train.grad_accum_steps:
-        raise ValueError(f"train.batch_size {config.train.batch_size} is not divisible by "
-                         f"grad_accum_steps {config.train.grad_accum_steps}")
-    if config.pair_task != "none" and config.data.pack_mode != "pairs":
-        raise ValueError(f"pair_task={config.pair_task} needs data.pack_mode='pairs'")
-
-
 def max_predictions(seq_len: int, rate: float) -> int:
     """Static number of MLM prediction slots per row.
 
@@ -214,7 +164,6 @@ SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
 
 def _set_size(c, v):
     """Sets only the shape fields of a size preset; every variant choice stays."""
-    from encoder import registry
     c.model.update(dict(zip(SHAPE_FIELDS, registry.lookup(SIZES, v, "model size"))), size=v)
 
 
@@ -249,6 +198,13 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
                         eval_batches=2, checkpoint_every=20, progress=False))
 
 
+def apply_options(config, options: dict, table: dict, kind: str = "experiment option"):
+    """Applies parsed key=value options through a table of setters (unknown keys list the valid)."""
+    for key, value in options.items():
+        registry.lookup(table, key, kind)(config, value)
+    return config
+
+
 def experiment(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
     """base_config with an experiment's defaults (OPTIONS names) applied.
 
@@ -256,53 +212,14 @@ def experiment(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
     finalize(config, arg), so the command-line arg always wins.
     """
     del arg  # applied by finalize
-    from encoder import registry
-    config = base_config()
-    for key, value in defaults.items():
-        registry.lookup(OPTIONS, key, "experiment option")(config, value)
-    return config
+    return apply_options(base_config(), defaults, OPTIONS)
 
 
 def finalize(config: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
     """Applies the experiment arg (key=value,...) last; `runlocal` shrinks after everything."""
-    from encoder import registry
     options = parse_arg(arg)
     shrink = options.pop("runlocal", False)
-    for key, value in options.items():
-        registry.lookup(OPTIONS, key, "experiment option")(config, value)
+    apply_options(config, options, OPTIONS)
     if shrink:
         runlocal(config)
-    return config
-
-
-def finetune_config() -> ml_collections.ConfigDict:
-    """Defaults for fine-tuning, evaluation and embedding runs (encoder/main.py modes)."""
-    config = ml_collections.ConfigDict()
-    config.mode = "finetune"           # finetune | evaluate | embed
-    config.task = "classification"     # encoder.train.finetune.TASKS
-    config.seed = 0
-    config.init_from = ""              # a pretraining workdir, or hf:DIR
-    config.pooling = "cls"
-    config.model = model_config("tiny")  # only used without init_from
-    config.data = ml_collections.ConfigDict(dict(
-        train_file="", dev_file="", test_file="",  # fine-tuning task files
-        input_file="",                 # embed: one text per line
-        max_seq_len=128, doc_stride=64, max_answer_tokens=30,
-        tokenizer="",                  # fine-tuning from scratch (no init_from)
-        valid_files="", seq_len=128))  # evaluate: held-out text (default: the run's split)
-    # learning_rate 0, num_epochs 0, finetune.dropout -1: chosen by the model's size
-    # (encoder/train/finetune_defaults.py); any value given here wins.
-    config.train = ml_collections.ConfigDict(dict(
-        num_epochs=0, batch_size=32, learning_rate=0.0, warmup_steps=0, num_steps=0,
-        schedule="linear", end_learning_rate_fraction=0.0, b1=0.9, b2=0.999, eps=1e-6,
-        weight_decay=0.01, clip_norm=1.0))
-    config.finetune = ml_collections.ConfigDict(dict(
-        mode="full",                   # full | frozen (linear probe) | lora
-        lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=-1.0,
-        random_init=False))  # True: init_from's architecture and tokenizer, random weights
-    config.eval = ml_collections.ConfigDict(dict(
-        max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
-    config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))
-    config.distributed = ml_collections.ConfigDict(dict(
-        coordinator_address="", num_processes=0, process_id=-1))
     return config

@@ -35,8 +35,8 @@ def main(argv):
     init_distributed(config.distributed)
     mode = config.get("mode", "pretrain")
     if mode == "finetune":
-        from encoder.train import finetune
-        print(json.dumps(finetune.finetune(config, FLAGS.workdir), indent=1))
+        from encoder.finetune import run
+        print(json.dumps(run.finetune(config, FLAGS.workdir), indent=1))
         return
     if mode in ("evaluate", "embed"):
         from encoder.eval import intrinsic
@@ -45,8 +45,8 @@ def main(argv):
     if mode != "pretrain":
         raise app.UsageError(f"Unknown mode {mode!r}; valid modes: embed, evaluate, finetune, "
                              "pretrain")
-    from encoder.train import loop
-    result = loop.train(config, FLAGS.workdir)
+    from encoder.train import pretrain
+    result = pretrain.train(config, FLAGS.workdir)
     logging.info("final: %s", result)
     summary = {k: v for k, v in result.items() if k.startswith("eval/") or k in (
         "step", "train/loss", "parameters")}

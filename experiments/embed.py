@@ -2,12 +2,14 @@
 
     python -m encoder.main --config=experiments/embed.py:pooling=mean --config.init_from=hf:DIR \
         --config.data.input_file=texts.txt [--config.eval.query="how do I open a file"] --workdir=DIR
+
+Options: pooling (default mean), seed.
 """
-from encoder import config as config_lib
+from encoder.finetune import config as finetune_config
 
 
 def get_config(arg=None):
-    config = config_lib.finetune_config()
-    config.mode = "embed"
-    config.pooling = config_lib.parse_arg(arg).get("pooling", "mean")
+    config = finetune_config.get_config(arg, job="embed")
+    if "pooling" not in (arg or ""):
+        config.pooling = "mean"
     return config

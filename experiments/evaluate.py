@@ -2,13 +2,14 @@
 
     python -m encoder.main --config=experiments/evaluate.py --config.init_from=WORKDIR \
         [--config.data.valid_files=held_out.txt] --workdir=DIR
+
+Options: runlocal (a 2,000-token budget), seed.
 """
-from encoder import config as config_lib
+from encoder.finetune import config as finetune_config
 
 
 def get_config(arg=None):
-    config = config_lib.finetune_config()
-    config.mode = "evaluate"
-    if config_lib.parse_arg(arg).get("runlocal"):
+    config = finetune_config.get_config(arg, job="evaluate")
+    if config.train.num_epochs:  # runlocal was given
         config.eval.max_tokens = 2000
     return config

@@ -45,6 +45,10 @@ class Tokenizer(abc.ABC):
         """Text -> (ids, [(char_start, char_end)]), spans without leading whitespace."""
 
     @abc.abstractmethod
+    def save(self, folder: str) -> str:
+        """Writes the vocabulary into folder; returns the path that `load` reads back."""
+
+    @abc.abstractmethod
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text; special tokens are dropped."""
 
@@ -151,6 +155,15 @@ class SentencePieceTokenizer(Tokenizer):
         with open(self.path, "rb") as f:
             return hashlib.sha256(f.read()).hexdigest()[:16]
 
+    def save(self, folder: str) -> str:
+        """Copies the model into folder/sp.model; returns the path `load` takes."""
+        import shutil
+        os.makedirs(folder, exist_ok=True)
+        dst = os.path.join(folder, "sp.model")
+        if os.path.abspath(dst) != os.path.abspath(self.path):
+            shutil.copyfile(self.path, dst)
+        return dst
+
 
 def train_sentencepiece(texts: Iterable[str], model_prefix: str, vocab_size: int,
                         model_type: str = "unigram", max_chars: int = 4_000_000) -> str:
@@ -246,6 +259,12 @@ class WordPieceTokenizer(Tokenizer):
     def fingerprint(self) -> str:
         import hashlib
         return hashlib.sha256(self.tok.to_str().encode()).hexdigest()[:16]
+
+    def save(self, folder: str) -> str:
+        """Writes folder/tokenizer.json; returns the path `load` takes (the folder)."""
+        os.makedirs(folder, exist_ok=True)
+        self.tok.save(os.path.join(folder, "tokenizer.json"))
+        return folder
 
 
 def load(path: str) -> Tokenizer:

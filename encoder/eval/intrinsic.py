@@ -14,9 +14,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import config as config_lib
+from encoder.checkpoints import sources
+from encoder.data import pipeline
 from encoder.eval import pseudo_perplexity
 from encoder.model import models
 from encoder.model.encoder import encoder_params
+from encoder.objectives import objectives
+from encoder.train import metrics_io, pretrain
 
 
 def embed_texts(model_cfg, params, tokenizer, texts, pooling="mean", max_len=128,
@@ -49,10 +54,11 @@ def nearest(vectors: np.ndarray, queries: np.ndarray, k: int = 5):
 
 
 def embed(config, workdir: str) -> dict:
-    from encoder.train import pretrained
     if not config.data.input_file:
         raise ValueError("embed needs --config.data.input_file (one text per line)")
-    p = pretrained.load(config.init_from)
+    p = sources.load(config.init_from)
+    # Before compiling: a length past a learned/sinusoidal table would read NaN rows.
+    models.validate_config(p.model_cfg, config.data.max_seq_len)
     with open(config.data.input_file, encoding="utf-8", errors="replace") as f:
         texts = [line.strip() for line in f if line.strip()]
     if not texts:
@@ -77,20 +83,17 @@ def embed(config, workdir: str) -> dict:
 
 def evaluate(config, workdir: str) -> dict:
     """Held-out MLM metrics and pseudo-perplexity of a pretrained MLM model."""
-    from encoder.data import pipeline
-    from encoder.objectives import objectives
-    from encoder.train import loop, pretrained
-    p = pretrained.load(config.init_from)
+    p = sources.load(config.init_from)
     if "mlm_head" not in p.params:
         raise ValueError(f"{config.init_from}: no MLM head in the checkpoint; evaluate needs an "
                          "MLM-pretrained model (for ELECTRA, the generator is the MLM)")
     run = p.run_config.copy_and_resolve_references() if p.run_config is not None else None
     if run is None:  # an HF BertForMaskedLM folder
-        from encoder import config as config_lib
         run = config_lib.base_config()
         run.model = p.model_cfg
         run.data.document_mask = False
     run.data.seq_len = config.data.seq_len
+    models.validate_config(p.model_cfg, config.data.seq_len)
     source = pipeline.held_out_rows(run.data, p.tokenizer, config.data.valid_files)
     if source is None:
         raise ValueError("no validation documents to evaluate on: give "
@@ -101,7 +104,7 @@ def evaluate(config, workdir: str) -> dict:
                          minlength=p.tokenizer.vocab_size)
     run.objective = "mlm"
     ctx = objectives.make_context(run, p.tokenizer,
-                                  loop.most_frequent_token(counts, p.tokenizer.special_ids))
+                                  pretrain.most_frequent_token(counts, p.tokenizer.special_ids))
     params = {k: v for k, v in p.params.items() if k in ("encoder", "mlm_head")}
     objective = objectives.OBJECTIVES["mlm"]
 
@@ -134,8 +137,7 @@ def evaluate(config, workdir: str) -> dict:
     result["eval/pseudo_perplexity"] = pseudo_perplexity.pseudo_perplexity(lp)
     result["eval/pppl_tokens"] = int(len(lp))
     os.makedirs(workdir, exist_ok=True)
-    with open(os.path.join(workdir, "eval.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    metrics_io.write_json(os.path.join(workdir, "eval.json"), result)
     return result
 
 

@@ -145,9 +145,12 @@ def load(checkpoint_dir: str):
 def main(argv):
     del argv
     from absl import flags
-    from encoder.train import checkpoint
+    from encoder.checkpoints import store
+    from encoder.data import tokenizer as tokenizer_lib
     cfg, params = load(flags.FLAGS.checkpoint)
-    checkpoint.save_params(flags.FLAGS.out, params, cfg)
+    store.save_params(flags.FLAGS.out, params, cfg)
+    # The vocabulary travels with the parameters, so the folder is a valid init_from.
+    tokenizer_lib.load(flags.FLAGS.checkpoint).save(os.path.join(flags.FLAGS.out, "tokenizer"))
     print(f"wrote {flags.FLAGS.out}: {sum(v.size for v in _leaves(params)):,} parameters")
 
 

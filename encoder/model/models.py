@@ -10,7 +10,8 @@ from typing import Any
 import flax.linen as nn
 import ml_collections
 
-from encoder.model import heads
+from encoder import registry
+from encoder.model import attention, encoder as encoder_lib, heads, layers, positions
 from encoder.model.encoder import Embeddings, Encoder
 
 
@@ -19,6 +20,43 @@ def freeze(cfg) -> ml_collections.FrozenConfigDict:
     if isinstance(cfg, ml_collections.FrozenConfigDict):
         return cfg
     return ml_collections.FrozenConfigDict(cfg)
+
+
+def validate_config(cfg, seq_len: int | None = None) -> None:
+    """Raises ValueError on an impossible model config, before compiling.
+
+    Every variant name is checked against the table that defines it.
+    """
+    registry.lookup(positions.POSITIONS, cfg.position, "position scheme")
+    registry.lookup(layers.NORM_PLACEMENTS, cfg.norm, "norm placement")
+    registry.lookup(layers.ACTIVATIONS, cfg.activation, "activation")
+    registry.lookup(layers.ACTIVATIONS, cfg.head_activation, "head activation")
+    registry.lookup({k: k for k in attention.ATTENTION_IMPLEMENTATIONS}, cfg.attention_impl,
+                    "attention implementation")
+    registry.lookup({k: k for k in encoder_lib.REMAT_POLICIES}, cfg.remat, "remat policy")
+    registry.lookup({"float32": 0, "bfloat16": 0, "float16": 0}, cfg.dtype, "compute dtype")
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads "
+                         f"{cfg.num_heads}")
+    if cfg.position == "rope" and (cfg.hidden_size // cfg.num_heads) % 2:
+        raise ValueError(f"rope needs an even head dimension, got "
+                         f"{cfg.hidden_size // cfg.num_heads}")
+    for name in ("num_layers", "num_heads", "hidden_size", "intermediate_size", "vocab_size"):
+        if cfg[name] <= 0:
+            raise ValueError(f"model.{name} must be positive, got {cfg[name]}")
+    if cfg.embedding_size < 0 or cfg.embedding_size > cfg.hidden_size:
+        raise ValueError(f"embedding_size must be 0 or in [1, hidden_size={cfg.hidden_size}], "
+                         f"got {cfg.embedding_size}")
+    if cfg.local_window < 0 or cfg.local_window % 2:
+        raise ValueError(f"local_window must be 0 or a positive even width, got {cfg.local_window}")
+    if seq_len is not None and positions.POSITIONS[cfg.position].absolute is not None:
+        if seq_len > cfg.max_position:
+            raise ValueError(f"seq_len {seq_len} is longer than the {cfg.max_position} "
+                             f"{cfg.position} positions (model.max_position)")
+
+
+def validate_pooling(name: str) -> None:
+    registry.lookup(heads.POOLING, name, "pooling rule")
 
 
 class MaskedLM(nn.Module):

@@ -9,9 +9,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from encoder import config as config_lib
+from encoder import config as config_lib, registry
 from encoder.model import models
-from encoder.objectives import mlm, rtd
+from encoder.objectives import masking, mlm, rtd
 
 
 def generator_config(cfg, fraction: float, layers: int = 0):
@@ -56,6 +56,29 @@ OBJECTIVES: dict[str, Objective] = {
                      ("loss", "gen_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy",
                       "rtd_baseline_accuracy", "rtd_precision", "rtd_recall")),
 }
+
+
+PAIR_TASKS = ("none", "nsp", "sop")
+
+
+def validate(config) -> None:
+    """Checks a pretraining config's model, pooling, objective and masking before compiling."""
+    models.validate_config(config.model, config.data.seq_len)
+    models.validate_pooling(config.pooling)
+    registry.lookup(OBJECTIVES, config.objective, "objective")
+    registry.lookup(masking.MASKING_MODES, config.masking.mode, "masking mode")
+    registry.lookup(dict.fromkeys(PAIR_TASKS), config.pair_task, "pair task")
+    m = config.masking
+    if not 0 < m.rate < 1:
+        raise ValueError(f"masking.rate must be in (0, 1), got {m.rate}")
+    if m.mask_prob < 0 or m.random_prob < 0 or m.mask_prob + m.random_prob > 1:
+        raise ValueError(f"masking.mask_prob + random_prob must be within [0, 1], "
+                         f"got {m.mask_prob} + {m.random_prob}")
+    if config.pair_task != "none" and config.data.pack_mode != "pairs":
+        raise ValueError(f"pair_task={config.pair_task} needs data.pack_mode='pairs'")
+    if config.objective == "rtd" and not 0 < config.electra.generator_fraction <= 1:
+        raise ValueError("electra.generator_fraction must be in (0, 1], got "
+                         f"{config.electra.generator_fraction}")
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -1,5 +1,6 @@
 """Where a run's numbers go: metrics.jsonl, TensorBoard, absl logging, a progress line."""
 import json
+import math
 import os
 import sys
 import time
@@ -13,6 +14,7 @@ class MetricsWriter:
 
     def __init__(self, workdir: str, enabled: bool = True):
         self.enabled = enabled
+        self.workdir = workdir
         self.path = os.path.join(workdir, "metrics.jsonl")
         self.tb = None
         if enabled:
@@ -35,14 +37,69 @@ class MetricsWriter:
                     self.tb.add_scalar(k, v, step)
             self.tb.flush()
 
+    def drop_after(self, step: int) -> int:
+        """Removes rows past `step` (steps a resume will redo); returns how many went.
+
+        A run killed after logging step s but before its checkpoint at s
+        restores an earlier step; without this its curve would show steps twice.
+        """
+        if not self.enabled or not os.path.exists(self.path):
+            return 0
+        with open(self.path) as f:
+            lines = [line for line in f if line.strip()]
+        keep = [line for line in lines if _row_step(line) <= step]
+        if len(keep) != len(lines):
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(keep)
+            os.replace(tmp, self.path)
+            logging.warning("metrics.jsonl: dropped %d rows past the restored step %d",
+                            len(lines) - len(keep), step)
+        return len(lines) - len(keep)
+
     def close(self):
         if self.tb is not None:
             self.tb.close()
 
 
+def _row_step(line: str) -> int:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, AttributeError):
+        return 1 << 62  # a torn last line from a kill: dropped with the rows past the step
+
+
 def _scalar(v):
     v = np.asarray(v)
     return float(v) if v.dtype.kind == "f" else int(v) if v.dtype.kind in "iub" else v.tolist()
+
+
+def _non_finite(obj, path=""):
+    """The first key path holding NaN or infinity, or None."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return path or "/"
+    if isinstance(obj, dict):
+        items = obj.items()
+    elif isinstance(obj, (list, tuple)):
+        items = enumerate(obj)
+    else:
+        return None
+    for k, v in items:
+        found = _non_finite(v, f"{path}/{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
+def write_json(path: str, obj) -> None:
+    """Strict JSON (no NaN): a non-finite metric is an error naming it, never a file."""
+    bad = _non_finite(obj)
+    if bad:
+        raise FloatingPointError(f"{path}: metric {bad} is not finite; not writing it")
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, allow_nan=False)
+    os.replace(tmp, path)
 
 
 def read_metrics(workdir: str) -> list[dict]:

@@ -1,0 +1,126 @@
+"""What a job can start from, behind one door: `load(init_from) -> Pretrained`.
+
+  * a pretraining workdir of this codebase: its config.json, tokenizer and the
+    newest checkpoint that restores (the whole model: encoder, heads, ELECTRA's
+    generator);
+  * a fine-tuning workdir: its best/ parameters (encoder + task head), its
+    tokenizer and label names, so RTE can start from the MNLI model;
+  * a params folder (model_config.json + params/, e.g. `hf_bert --out`);
+  * hf:DIR, a HuggingFace BERT-family folder with its WordPiece vocabulary.
+
+`merge_params` copies the subtrees a source has into a freshly initialised
+model (shapes must match), which is how every job applies `init_from`.
+"""
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+
+from encoder.checkpoints import store
+from encoder.data import tokenizer as tokenizer_lib
+
+KINDS = ("pretraining", "finetuning", "params", "hf")
+
+
+@dataclasses.dataclass
+class Pretrained:
+    model_cfg: Any
+    params: dict
+    tokenizer: Any
+    run_config: Any = None       # the source run's config (workdirs only)
+    kind: str = "pretraining"    # one of KINDS
+    task: str = ""               # fine-tuning workdirs: the task type
+    labels: list | None = None   # fine-tuning workdirs: label names in head order
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _tokenizer_in(folder: str, run_config=None):
+    """The tokenizer a workdir or params folder carries (DIR/tokenizer), or its config's."""
+    configured = run_config.data.get("tokenizer", "") if run_config is not None else ""
+    for path in (os.path.join(folder, "tokenizer", "sp.model"), os.path.join(folder, "tokenizer"),
+                 configured):
+        if path and os.path.exists(path):
+            return tokenizer_lib.load(path)
+    raise FileNotFoundError(f"{folder}: no tokenizer (expected {folder}/tokenizer/sp.model or a "
+                            "WordPiece folder there)")
+
+
+def load(init_from: str) -> Pretrained:
+    """Resolves any source this codebase writes or imports; errors name what was expected."""
+    if init_from.startswith("hf:"):
+        from encoder.interop import hf_bert
+        folder = init_from[3:]
+        cfg, params = hf_bert.load(folder)
+        return Pretrained(cfg, params, tokenizer_lib.load(folder), kind="hf")
+    if not os.path.isdir(init_from):
+        raise FileNotFoundError(f"init_from={init_from!r} does not exist: expected a workdir of "
+                                "this codebase, a params folder, or hf:DIR")
+    if store.is_params_folder(init_from):
+        cfg, params = store.load_params(init_from)
+        return Pretrained(cfg, params, _tokenizer_in(init_from), kind="params")
+    config_path = os.path.join(init_from, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"init_from={init_from!r}: expected a workdir with config.json, "
+                                "a params folder (model_config.json + params/), or hf:DIR")
+    run = ml_collections.ConfigDict(_read_json(config_path))
+    if run.get("mode", "pretrain") == "finetune":
+        return _finetuned(init_from, run)
+    mngr = store.manager(init_from, create=False)
+    try:
+        if mngr.latest_step() is None:
+            raise FileNotFoundError(f"init_from={init_from!r}: no checkpoint in its workdir")
+        state, _, _, _ = store.restore(mngr)
+    finally:
+        mngr.close()
+    return Pretrained(run.model, state["params"], _tokenizer_in(init_from, run), run)
+
+
+def _finetuned(workdir: str, run) -> Pretrained:
+    best = os.path.join(workdir, "best")
+    if not store.is_params_folder(best):
+        raise FileNotFoundError(f"init_from={workdir!r}: a fine-tuning workdir without best/ "
+                                "(the run has not finished an epoch)")
+    cfg, params = store.load_params(best)
+    labels_path = os.path.join(best, "labels.json")
+    labels = _read_json(labels_path) if os.path.exists(labels_path) else None
+    return Pretrained(cfg, params, _tokenizer_in(workdir), run, kind="finetuning",
+                      task=run.get("task", ""), labels=labels)
+
+
+def merge_params(params, loaded, shardings=None, strict: bool = False, path: str = ""):
+    """params with every subtree that `loaded` also has replaced; shapes must match.
+
+    strict: every parameter of `params` must be in `loaded` (an encoder taken
+    from a source must be whole, never silently part random).
+    """
+    if not isinstance(params, dict):
+        if tuple(params.shape) != tuple(np.shape(loaded)):
+            raise ValueError(f"init_from: {path or '/'} has shape {np.shape(loaded)}, the model "
+                             f"expects {tuple(params.shape)}")
+        value = np.asarray(loaded, params.dtype)
+        return jax.device_put(value, shardings) if shardings is not None else value
+    if not isinstance(loaded, dict):
+        raise ValueError(f"init_from: {path or '/'} is a single array, the model expects a tree")
+    missing = [k for k in params if k not in loaded]
+    if strict and missing:
+        raise ValueError(f"init_from: the source lacks {path}/{missing[0]} (and "
+                         f"{len(missing) - 1} more): it is a different architecture")
+    return {k: merge_params(v, loaded[k], None if shardings is None else shardings[k], strict,
+                            f"{path}/{k}") if k in loaded else v
+            for k, v in params.items()}
+
+
+def shapes_match(a, b) -> bool:
+    """True when two trees have the same keys and leaf shapes."""
+    sa = jax.tree_util.tree_structure(a)
+    return sa == jax.tree_util.tree_structure(b) and all(
+        tuple(np.shape(x)) == tuple(np.shape(y))
+        for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))

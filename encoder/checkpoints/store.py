@@ -1,0 +1,106 @@
+"""orbax checkpoints: the train state, the data iterator's state and a meta dict, together.
+
+A run's checkpoints live in WORKDIR/checkpoints/<step>/{state,data,meta}.
+`restore` falls back from a latest step that does not restore (truncated,
+half-deleted, written by a crashed process) to the newest one that does,
+reporting each skipped step in one line and deleting nothing.
+Params-only folders (`save_params`/`load_params`): DIR/params + DIR/model_config.json,
+what fine-tuning keeps as best/ and what an HF import writes.
+"""
+import json
+import os
+
+import jax
+import orbax.checkpoint as ocp
+from absl import logging
+
+
+class CheckpointError(RuntimeError):
+    """No checkpoint of a run could be restored (each failure is named)."""
+
+
+def manager(workdir: str, keep: int = 3, create: bool = True) -> ocp.CheckpointManager:
+    return ocp.CheckpointManager(
+        os.path.abspath(os.path.join(workdir, "checkpoints")),
+        options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create),
+        item_names=("state", "data", "meta"))
+
+
+def has_checkpoint(workdir: str) -> bool:
+    folder = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))
+
+
+def save(mngr: ocp.CheckpointManager, step: int, state, data_state: dict, meta: dict) -> None:
+    mngr.save(step, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data_state),
+        meta=ocp.args.JsonSave(meta)), force=True)
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
+
+
+def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None = None):
+    """(state, data_state, meta, step) from `step`, else the newest step that restores.
+
+    abstract_state None restores the saved tree as it is (numpy-backed), as
+    an init source does. Raises CheckpointError naming every step tried.
+    """
+    steps = [step] if step is not None else sorted(mngr.all_steps(), reverse=True)
+    if not steps:
+        raise CheckpointError(f"{mngr.directory}: no checkpoint")
+    state_args = (ocp.args.StandardRestore(abstract_state) if abstract_state is not None
+                  else ocp.args.StandardRestore())
+    failures = []
+    for s in steps:
+        try:
+            out = mngr.restore(s, args=ocp.args.Composite(
+                state=state_args, data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()))
+        except Exception as err:  # noqa: BLE001 - any failure: try the previous step
+            failures.append(f"step {s}: {_one_line(err)}")
+            logging.warning("checkpoint step %d in %s does not restore (%s); trying the "
+                            "previous one", s, mngr.directory, _one_line(err))
+            print(f"warning: checkpoint step {s} in {mngr.directory} does not restore "
+                  f"({_one_line(err)}); trying the previous one", flush=True)
+            continue
+        return out["state"], out["data"], out["meta"], s
+    raise CheckpointError(f"{mngr.directory}: no checkpoint restores (" + "; ".join(failures)
+                          + "). If the configuration changed, the checkpoints belong to "
+                          "another model.")
+
+
+def abstract_like(tree, shardings):
+    return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        tree, shardings)
+
+
+def save_params(directory: str, params, model_cfg, extra: dict | None = None) -> None:
+    """A params-only checkpoint plus model_config.json (and extra JSON files by name)."""
+    directory = os.path.abspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(os.path.join(directory, "params"), params, force=True)
+    for name, value in (extra or {}).items():
+        with open(os.path.join(directory, name), "w") as f:
+            json.dump(value, f, indent=1)
+    # Written last: a folder with model_config.json is complete.
+    with open(os.path.join(directory, "model_config.json"), "w") as f:
+        f.write(model_cfg.to_json(indent=2))
+
+
+def is_params_folder(directory: str) -> bool:
+    return (os.path.exists(os.path.join(directory, "model_config.json"))
+            and os.path.isdir(os.path.join(directory, "params")))
+
+
+def load_params(directory: str):
+    """Inverse of save_params: (model config, params) as numpy-backed arrays."""
+    import ml_collections
+    directory = os.path.abspath(directory)
+    with open(os.path.join(directory, "model_config.json")) as f:
+        cfg = ml_collections.ConfigDict(json.load(f))
+    with ocp.StandardCheckpointer() as ckptr:
+        params = ckptr.restore(os.path.join(directory, "params"))
+    return cfg, params

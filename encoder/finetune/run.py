@@ -1,0 +1,337 @@
+"""The fine-tuning job: a start source, a Task, and the shared trainer.
+
+    python -m encoder.main --config=experiments/finetune.py:task=classification \\
+        --config.init_from=SOURCE --config.data.train_file=... --config.data.dev_file=... \\
+        [--config.data.test_file=...] --workdir=DIR
+
+SOURCE is any workdir of this codebase (pretraining or fine-tuning), a params
+folder, or hf:DIR (encoder/checkpoints/sources.py). The encoder always comes
+from the source; a fine-tuned source's head too when it was trained for the
+same task type and labels. Training goes through encoder/train/trainer.py:
+the sharded, donated step (data and fsdp mesh axes), checkpoints every N
+steps, at each epoch's end and on SIGTERM/Ctrl-C, exact resume within an
+epoch, the non-finite stop. Dev is scored at every epoch's end; the best
+epoch's parameters are kept in DIR/best/ (itself a valid init_from), and
+DIR/eval.json and DIR/predictions.jsonl are written from them.
+"""
+import dataclasses
+import json
+import math
+import os
+import shutil
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from absl import logging
+
+from encoder import registry
+from encoder.checkpoints import sources, store
+from encoder.data import pipeline, tokenizer as tokenizer_lib
+from encoder.finetune import defaults, frozen, layer_decay, lora
+from encoder.finetune.task import Task, TaskDataError
+from encoder.finetune.tasks import TASKS
+from encoder.model import models
+from encoder.model.encoder import encoder_params
+from encoder.train import metrics_io, optimizer as optimizer_lib, partitioning
+from encoder.train import trainer as trainer_lib
+
+
+def validate(config, num_devices: int | None = None) -> None:
+    """Names and numbers of a fine-tuning config, checked before anything is loaded."""
+    registry.lookup(TASKS, config.task, "task")
+    registry.lookup(dict.fromkeys(frozen.MODES), config.finetune.mode, "fine-tuning mode")
+    models.validate_pooling(config.pooling)
+    trainer_lib.check_train_config(config.train, num_devices)
+    if config.train.num_epochs < 0:
+        raise ValueError(f"train.num_epochs must be >= 0 (0: by model size), got "
+                         f"{config.train.num_epochs}")
+    if not config.data.train_file:
+        raise ValueError("fine-tuning needs --config.data.train_file")
+    if config.finetune.mode == "lora" and config.finetune.lora_rank <= 0:
+        raise ValueError(f"finetune.lora_rank must be positive, got {config.finetune.lora_rank}")
+    if not 0 < config.finetune.layer_decay <= 1:
+        raise ValueError(f"finetune.layer_decay must be in (0, 1], got "
+                         f"{config.finetune.layer_decay}")
+
+
+def load_source(config) -> sources.Pretrained:
+    """The start source, or (no init_from) a fresh model over data.tokenizer."""
+    if config.init_from:
+        return sources.load(config.init_from)
+    if not config.data.tokenizer:
+        raise ValueError("training from scratch (no init_from) needs data.tokenizer")
+    tok = tokenizer_lib.load(config.data.tokenizer)
+    cfg = config.model.copy_and_resolve_references()
+    cfg.vocab_size = tok.vocab_size
+    return sources.Pretrained(cfg, None, tok, kind="scratch")
+
+
+def make_optimizer(config, params, num_layers: int, total_steps: int):
+    """AdamW over the trainable leaves (frozen.py), with layer-wise decay if asked."""
+    t = config.train.copy_and_resolve_references()
+    t.num_steps = total_steps
+    t.warmup_steps = int(config.finetune.warmup_fraction * total_steps)
+    adamw = optimizer_lib.make_optimizer(t)
+    if config.finetune.layer_decay < 1.0:
+        adamw = optax.chain(adamw, layer_decay.scale_updates(params, num_layers,
+                                                             config.finetune.layer_decay))
+    return optax.multi_transform({"train": adamw, "freeze": optax.set_to_zero()},
+                                 frozen.trainable_labels(params, config.finetune.mode)), t
+
+
+def padded_batches(arrays: dict, batch_size: int):
+    """In-order batches with a `weight` column; the last one is padded (weight 0)."""
+    n = len(next(iter(arrays.values())))
+    for i in range(0, n, batch_size):
+        idx = np.arange(i, min(i + batch_size, n))
+        pad = batch_size - len(idx)
+        take = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
+        batch = {k: v[take] for k, v in arrays.items()}
+        batch["weight"] = np.concatenate([np.ones(len(idx)), np.zeros(pad)]).astype(np.float32)
+        yield batch
+
+
+@dataclasses.dataclass
+class Split:
+    examples: list
+    arrays: dict
+    meta: Any
+
+    @property
+    def rows(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+
+@dataclasses.dataclass
+class FineTuning:
+    """A fine-tuning run, built once."""
+    config: Any               # resolved copy (size defaults filled in)
+    workdir: str
+    source: sources.Pretrained
+    task: Task
+    model_cfg: Any
+    model: Any
+    splits: dict              # train / dev / test -> Split
+    trainer: trainer_lib.Trainer
+    train_cfg: Any            # the optimizer's view (num_steps, warmup)
+    steps_per_epoch: int
+    total_steps: int
+
+    def effective(self, params):
+        f = self.config.finetune
+        return lora.effective(params, f.lora_alpha, f.lora_rank)
+
+
+def _read_labels(workdir: str):
+    path = os.path.join(workdir, "labels.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            return json.load(f)
+    return None
+
+
+def build(config, workdir: str, devices=None) -> FineTuning:
+    config = config.copy_and_resolve_references()
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    validate(config, mesh.devices.size)
+    src = load_source(config)
+    model_cfg = src.model_cfg.copy_and_resolve_references()
+    defaults.resolve(config, model_cfg.hidden_size, model_cfg.num_layers)
+    model_cfg.dropout = model_cfg.attention_dropout = config.finetune.dropout
+    models.validate_config(model_cfg, config.data.max_seq_len)
+
+    task = TASKS[config.task](config, src.tokenizer, labels=_read_labels(workdir))
+    train_ex = task.read(config.data.train_file, "train")
+    task.fit_labels(train_ex)
+    splits = {"train": Split(train_ex, *task.featurize(train_ex))}
+    for name in ("dev", "test"):
+        path = config.data[f"{name}_file"]
+        if path:
+            ex = task.read(path, name)
+            splits[name] = Split(ex, *task.featurize(ex))
+    bs = config.train.batch_size
+    n_train = splits["train"].rows
+    if n_train < bs:
+        raise TaskDataError(f"{config.data.train_file}: {n_train} training rows, fewer than one "
+                            f"batch of {bs}: lower --config.train.batch_size")
+    steps_per_epoch = n_train // bs
+    total = config.train.num_steps or steps_per_epoch * config.train.num_epochs
+
+    model = task.model(models.freeze(model_cfg), config.pooling)
+    ids = jnp.ones((1, 8), jnp.int32)
+    model_init = lambda rng: model.init(rng, ids, ids * 0, ids)["params"]  # noqa: E731
+    shapes = nn.unbox(jax.eval_shape(model_init, jax.random.key(0)))
+
+    def init_params(rng):
+        k_model, k_lora = jax.random.split(rng)
+        tree = {"model": model_init(k_model)}
+        if config.finetune.mode == "lora":
+            tree["lora"] = lora.init(k_lora, shapes["encoder"], config.finetune.lora_rank)
+        return tree
+
+    abstract = nn.unbox(jax.eval_shape(init_params, jax.random.key(0)))
+    tx, train_cfg = make_optimizer(config, abstract, model_cfg.num_layers, total)
+    f = config.finetune
+
+    def loss_fn(params, batch, rng):
+        out = task.forward(model, lora.effective(params, f.lora_alpha, f.lora_rank), batch,
+                           deterministic=False, rngs={"dropout": rng})
+        loss = task.loss(out, batch)
+        return loss, {"loss": loss}
+
+    trainer = trainer_lib.Trainer(mesh, tx, init_params, loss_fn, seed=config.seed)
+    return FineTuning(config, workdir, src, task, model_cfg, model, splits, trainer, train_cfg,
+                      steps_per_epoch, total)
+
+
+def init_from_source(run: FineTuning):
+    """params, shardings -> params with the source's encoder (and head, where it fits)."""
+    src = run.source
+    if src.params is None or run.config.finetune.random_init:
+        return None
+
+    def init(params, shardings):
+        model = dict(params["model"])
+        model["encoder"] = sources.merge_params(model["encoder"], encoder_params(src.params),
+                                                shardings["model"]["encoder"], strict=True,
+                                                path="encoder")
+        head = None
+        if "head" in src.params and src.task == run.config.task and (
+                run.task.labels is None or src.labels == run.task.labels.names):
+            if sources.shapes_match(src.params["head"], model["head"]):
+                head = src.params["head"]
+        elif "pooler" in src.params and "pooler" in model["head"]:
+            head = {"pooler": src.params["pooler"]}  # BERT's pooler for cls_tanh pooling
+        if head is not None:
+            model["head"] = sources.merge_params(model["head"], head, shardings["model"]["head"],
+                                                 path="head")
+        logging.info("init_from %s: encoder%s", run.config.init_from,
+                     " and head" if head is not None else ", a fresh head")
+        return {**params, "model": model}
+    return init
+
+
+def predict(fn, params, arrays: dict, batch_size: int, shard):
+    """Raw model outputs for every row (numpy), in order."""
+    outs = []
+    for batch in padded_batches(arrays, batch_size):
+        keep = int(batch["weight"].sum())
+        out = jax.device_get(fn(params, shard(batch)))
+        outs.append(jax.tree.map(lambda x: np.asarray(x)[:keep], out))
+    return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
+
+
+def score_split(run: FineTuning, fn, params, split: Split):
+    """(metrics, predictions) for one featurized split (metrics {} without gold labels)."""
+    out = predict(fn, params, split.arrays, run.config.train.batch_size, run.trainer.shard)
+    m, preds = run.task.score(out, split.examples, split.arrays, split.meta)
+    return (m if run.task.has_gold(split.examples) else {}), preds
+
+
+def _save_best(run: FineTuning, params, row: dict) -> None:
+    """best/ written beside, then swapped in; best.json last (what resume reads)."""
+    wd = run.workdir
+    tmp, best = os.path.join(wd, "best.new"), os.path.join(wd, "best")
+    shutil.rmtree(tmp, ignore_errors=True)
+    extra = {"labels.json": run.task.labels.names} if run.task.labels is not None else {}
+    store.save_params(tmp, jax.device_get(params), run.model_cfg, extra)
+    shutil.rmtree(best, ignore_errors=True)
+    os.replace(tmp, best)
+    metrics_io.write_json(os.path.join(wd, "best.json"), row)
+
+
+def finetune(config, workdir: str, devices=None) -> dict:
+    """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
+    os.makedirs(workdir, exist_ok=True)
+    run = build(config, workdir, devices)
+    cfg = run.config
+    primary = jax.process_index() == 0
+    mngr = store.manager(workdir, cfg.train.keep_checkpoints)
+    state, data_state, restored = trainer_lib.restore_or_init(run.trainer, mngr,
+                                                              init_from_source(run))
+    writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    if restored is not None:
+        writer.drop_after(restored)
+        trainer_lib.report(f"resumed from {workdir} at step {restored}")
+    if primary:  # written once the checkpoint (if any) restored
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(cfg.to_json(indent=2))
+        run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
+        if run.task.labels is not None:
+            metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
+
+    eff_shardings = run.trainer.shardings.params["model"]  # merged LoRA kernels keep theirs
+    eval_state = jax.jit(lambda p, b: run.task.forward(run.model, run.effective(p), b),
+                         in_shardings=(run.trainer.shardings.params, run.trainer.batch_sharding),
+                         out_shardings=run.trainer.replicated)
+    best_path = os.path.join(workdir, "best.json")
+    best = {"score": -math.inf}
+    if restored is not None and os.path.exists(best_path):
+        with open(best_path) as f:
+            best = json.load(f)
+
+    def end_of_epoch(state, step, last):
+        epoch = step // run.steps_per_epoch
+        train_loss = last.get("train/loss", math.nan)
+        row = {"epoch": epoch}
+        score = -train_loss
+        if "dev" in run.splits:
+            m, _ = score_split(run, eval_state, state.params, run.splits["dev"])
+            row.update({f"dev/{k}": v for k, v in m.items()})
+            score = m.get(run.task.primary_metric, score)
+        if score > best["score"]:
+            best.update(score=score, step=step, epoch=epoch)
+            if primary:
+                _save_best(run, run.effective(state.params), dict(best))
+            row["best"] = True
+        print(json.dumps({"epoch": epoch, "step": step, "train/loss": train_loss,
+                          **{k: v for k, v in row.items() if k != "epoch"}}), flush=True)
+        return row
+
+    opts = trainer_lib.LoopOptions(
+        num_steps=run.total_steps, log_every=run.steps_per_epoch,
+        checkpoint_every=cfg.train.checkpoint_every or run.steps_per_epoch,
+        eval_every=run.steps_per_epoch,
+        learning_rate=optimizer_lib.learning_rate_schedule(run.train_cfg),
+        progress=cfg.train.progress, seed=cfg.seed)
+    train_rows = dict(run.splits["train"].arrays)
+    train_rows["weight"] = np.ones(run.splits["train"].rows, np.float32)  # every row is real
+    it = pipeline.batch_iterator(pipeline.Rows(train_rows), cfg.train.batch_size,
+                                 seed=cfg.seed, process_index=jax.process_index(),
+                                 process_count=jax.process_count())
+    if data_state is not None:
+        it.set_state(data_state)
+    try:
+        state, last = trainer_lib.run_loop(run.trainer, state, it, mngr, writer, opts,
+                                           evaluate=end_of_epoch,
+                                           meta={"task": cfg.task, "objective": "finetune"})
+    finally:
+        mngr.close()
+        writer.close()
+    if last.get("stopped"):
+        return {"stopped": True, "step": int(state.step)}
+
+    _, best_params = store.load_params(os.path.join(workdir, "best"))
+    best_params = jax.device_put(best_params, eff_shardings)
+    eval_best = jax.jit(lambda p, b: run.task.forward(run.model, p, b),
+                        in_shardings=(eff_shardings, run.trainer.batch_sharding),
+                        out_shardings=run.trainer.replicated)
+    results, predictions = {}, []
+    for name in ("dev", "test"):
+        if name in run.splits:
+            m, preds = score_split(run, eval_best, best_params, run.splits[name])
+            results[name] = m
+            predictions += [{"split": name, "index": i, **p} for i, p in enumerate(preds)]
+    results["train/loss"] = last.get("train/loss")
+    if primary:
+        metrics_io.write_json(os.path.join(workdir, "eval.json"),
+                              {k: v for k, v in results.items() if k != "train/loss"})
+        with open(os.path.join(workdir, "predictions.jsonl"), "w") as f:
+            for p in predictions:
+                f.write(json.dumps(p) + "\n")
+    logging.info("fine-tuning done: %s", results)
+    return {k: v for k, v in results.items() if k != "train/loss"}

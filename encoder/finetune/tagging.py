@@ -1,0 +1,50 @@
+"""Token tagging (NER, POS): a label per word on its first piece, entity F1 (BIO)."""
+import jax.numpy as jnp
+import numpy as np
+
+from encoder.data import tasks as tasks_lib
+from encoder.eval import metrics as metrics_lib
+from encoder.finetune.task import Task, TaskDataError, softmax_nll
+from encoder.model import models
+
+
+class Tagging(Task):
+    name = "tagging"
+    primary_metric = "entity_f1"
+    model_cls = models.TokenClassifier
+    uses_labels = True
+
+    def check(self, examples, split):
+        for ex in examples:
+            for key in ("tokens", "tags"):
+                value = ex[key]
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise TaskDataError(f"{ex['_where']}: {key!r} must be a list of strings, "
+                                        f"got {type(value).__name__} {str(value)[:40]!r}")
+
+    def fit_labels(self, train_examples):
+        if self.labels is None:
+            self.labels = tasks_lib.LabelSet.from_examples(train_examples, self.name)
+        if len(self.labels.names) < 2:
+            raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one tag "
+                                f"({self.labels.names}) in the training file; tagging needs at "
+                                "least two")
+
+    def featurize(self, examples):
+        return tasks_lib.featurize_tagging(examples, self.tokenizer,
+                                           self.config.data.max_seq_len, self.labels)
+
+    def loss(self, out, batch):
+        labels = batch["labels"]
+        valid = (labels != tasks_lib.IGNORE) & (batch["weight"][:, None] > 0)
+        nll = softmax_nll(out, jnp.maximum(labels, 0))
+        return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1)
+
+    def score(self, out, examples, arrays, meta):
+        pred = np.argmax(out, -1)
+        preds, gold = [], []
+        for r, ex in enumerate(examples):
+            tags = [self.labels.names[pred[r, p]] if p >= 0 else "O" for p in meta[r]]
+            preds.append({"tags": tags})
+            gold.append(ex["tags"])
+        return metrics_lib.entity_f1(gold, [p["tags"] for p in preds]), preds

@@ -1,0 +1,179 @@
+"""Pretraining: the objective's loss on packed rows, through the shared trainer.
+
+    python -m encoder.main --config=experiments/pretrain.py --workdir=DIR
+
+`build(config, workdir)` makes the whole run once (data, tokenizer, objective
+context, Trainer with its compiled step, evaluation function) without
+touching the caller's config; `train(config, workdir)` resumes or starts it
+and runs the shared loop (encoder/train/trainer.py).
+"""
+import dataclasses
+import os
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from encoder.checkpoints import sources, store
+from encoder.data import pipeline
+from encoder.objectives import objectives
+from encoder.train import flops, metrics_io, optimizer, partitioning, trainer as trainer_lib
+from encoder.train.trainer import TrainState, report  # noqa: F401  (re-exported)
+
+
+def validate(config, num_devices: int | None = None) -> None:
+    """Every check a pretraining config can get before data or a tokenizer is touched."""
+    objectives.validate(config)
+    trainer_lib.check_train_config(config.train, num_devices)
+    for name in ("num_steps", "log_every", "checkpoint_every"):
+        if config.train[name] <= 0:
+            raise ValueError(f"train.{name} must be positive, got {config.train[name]}")
+    if config.train.eval_every and config.train.eval_batches <= 0:
+        raise ValueError(f"train.eval_batches must be positive when eval_every > 0, got "
+                         f"{config.train.eval_batches}")
+    if config.init_from and not config.init_from.startswith("hf:") \
+            and not os.path.isdir(config.init_from):
+        raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """Everything a pretraining run holds besides the loop's local variables."""
+    config: Any               # the resolved copy (vocab_size = the tokenizer's)
+    workdir: str
+    mesh: Any
+    tokenizer: Any
+    ctx: Any                  # objectives.ObjectiveContext
+    trainer: trainer_lib.Trainer
+    train_rows: Any           # random-access row sources (encoder.data.pipeline)
+    valid_rows: Any
+    eval_fn: Any
+    flops_per_step: float
+
+
+def _barrier(name: str) -> None:
+    """All processes wait here (after process 0 prepared data or trained a tokenizer)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
+def most_frequent_token(token_counts: np.ndarray, special_ids) -> int:
+    counts = np.array(token_counts, np.int64)
+    counts[[i for i in special_ids if i < len(counts)]] = 0
+    return int(np.argmax(counts))
+
+
+def model_init_fn(model, seq_len: int, max_predictions: int):
+    """rng -> boxed params of a pretraining model (MLM slots included)."""
+    dummy = jnp.ones((1, seq_len), jnp.int32)
+
+    def init_params(rng):
+        return model.init(rng, dummy, dummy * 0, dummy, mlm_positions=jnp.zeros(
+            (1, max_predictions), jnp.int32))["params"]
+    return init_params
+
+
+def build(config, workdir: str, devices=None) -> Run:
+    """The run, built once: data, tokenizer, objective, trainer and evaluation."""
+    config = config.copy_and_resolve_references()  # never mutate the caller's config
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    validate(config, mesh.devices.size)
+    data = pipeline.open_pretraining_data(config.data, workdir, config.model.vocab_size,
+                                          config.pair_task, config.seed,
+                                          primary=jax.process_index() == 0, barrier=_barrier)
+    logging.info("data: %s", data.description)
+    if data.valid is None and config.train.eval_every:
+        raise ValueError(f"no held-out document to evaluate on ({data.description}): raise "
+                         f"data.valid_fraction (now {config.data.valid_fraction}), give "
+                         "data.valid_files, or set train.eval_every=0")
+    tok = data.tokenizer
+    if tok.vocab_size != config.model.vocab_size:
+        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
+        logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
+                        config.model.vocab_size, tok.vocab_size)
+        config.model.vocab_size = tok.vocab_size
+    ctx = objectives.make_context(config, tok, most_frequent_token(data.token_counts,
+                                                                  tok.special_ids))
+    objective = objectives.OBJECTIVES[config.objective]
+    trainer = trainer_lib.Trainer(
+        mesh, optimizer.make_optimizer(config.train),
+        model_init_fn(ctx.model, config.data.seq_len, ctx.max_predictions),
+        loss_fn=lambda p, b, r: objective.loss_fn(p, b, r, ctx),
+        prepare=lambda b, r: objective.prepare(b, r, ctx), seed=config.seed,
+        grad_accum=config.train.grad_accum_steps, nan_at_step=config.train.debug_nan_at_step)
+
+    def eval_step(params, batch, rng):
+        batch = objective.prepare(batch, rng, ctx)
+        return objective.loss_fn(params, batch, rng, ctx, deterministic=True)[1]
+
+    return Run(config, workdir, mesh, tok, ctx, trainer, data.train, data.valid,
+               trainer.jit_eval(eval_step), flops.config_train_flops_per_step(config))
+
+
+def evaluate(run: Run, params) -> dict:
+    """Held-out metrics over eval_batches fixed batches with fixed masks."""
+    cfg = run.config
+    it = pipeline.batch_iterator(run.valid_rows, cfg.train.batch_size, seed=0, shuffle=False,
+                                 repeat=True, process_index=jax.process_index(),
+                                 process_count=jax.process_count())
+    keys = objectives.OBJECTIVES[cfg.objective].eval_keys
+    totals: dict[str, float] = {}
+    for i in range(cfg.train.eval_batches):
+        batch = run.trainer.shard(next(it))
+        m = jax.device_get(run.eval_fn(params, batch, jax.random.key(10_000 + i)))
+        for k in keys:
+            if k in m:
+                totals[k] = totals.get(k, 0.0) + float(m[k])
+    return {f"eval/{k}": v / cfg.train.eval_batches for k, v in totals.items()}
+
+
+def load_init_params(init_from: str, params, shardings):
+    """Copies the subtrees an init source has (a workdir, params folder or hf:DIR) into params."""
+    return sources.merge_params(params, sources.load(init_from).params, shardings)
+
+
+def train(config, workdir: str, devices=None) -> dict:
+    """Runs (or resumes) pretraining; returns the last train and eval metrics."""
+    os.makedirs(workdir, exist_ok=True)
+    run = build(config, workdir, devices)
+    cfg = run.config
+    mngr = store.manager(workdir, cfg.train.keep_checkpoints)
+    init = (lambda p, s: load_init_params(cfg.init_from, p, s)) if cfg.init_from else None
+    state, data_state, restored = trainer_lib.restore_or_init(run.trainer, mngr, init)
+    writer = metrics_io.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+    if restored is not None:
+        writer.drop_after(restored)
+        report(f"resumed from {workdir} at step {restored}")
+    if jax.process_index() == 0:  # written only once the checkpoint (if any) restored
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(cfg.to_json(indent=2))
+    n_params, n_model = objectives.parameter_count(cfg)
+    report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
+           + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
+    it = pipeline.batch_iterator(run.train_rows, cfg.train.batch_size, seed=cfg.seed,
+                                 process_index=jax.process_index(),
+                                 process_count=jax.process_count())
+    if data_state is not None:
+        it.set_state(data_state)
+    opts = trainer_lib.LoopOptions(
+        num_steps=cfg.train.num_steps, log_every=cfg.train.log_every,
+        checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
+        tokens_per_step=cfg.train.batch_size * cfg.data.seq_len,
+        flops_per_step=run.flops_per_step,
+        peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
+        learning_rate=optimizer.learning_rate_schedule(cfg.train),
+        progress=cfg.train.progress, seed=cfg.seed)
+    try:
+        state, last = trainer_lib.run_loop(
+            run.trainer, state, it, mngr, writer, opts,
+            evaluate=lambda s, *_: evaluate(run, s.params),
+            meta={"objective": cfg.objective})
+    finally:
+        mngr.close()
+        writer.close()
+    last["step"] = int(state.step)
+    last["parameters"] = n_model
+    return last

@@ -1,0 +1,299 @@
+"""The one trainer every job uses: a pure, sharded, donated step and the loop services.
+
+    step(state, batch, rng) -> (state, metrics)
+
+is the only function compiled for training, for pretraining and fine-tuning
+alike. A job hands `Trainer` three pure functions: `init_params(rng)` (boxed
+with logical axes), `loss_fn(params, batch, rng) -> (loss, metrics)` and an
+optional on-device `prepare(batch, rng)` (the MLM corruption). The Trainer
+builds the mesh shardings once (eval_shape -> shardings -> jit(init,
+out_shardings)), and jit-compiles the step with explicit shardings and the
+old state donated.
+
+`run_loop` is the loop both jobs share: it keeps each step's metrics on
+device and reads them only at logging, evaluation and checkpoint steps,
+stops on a non-finite loss naming its step, writes metrics.jsonl and
+TensorBoard, evaluates through a callback, checkpoints every N steps, at the
+end, and on SIGTERM or Ctrl-C (SIGINT; a second Ctrl-C exits at once).
+`restore_or_init` resumes from the workdir's newest checkpoint that restores,
+else applies an init source, else starts from scratch.
+"""
+import dataclasses
+import math
+import signal
+import time
+from typing import Any, Callable
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from absl import logging
+
+from encoder.checkpoints import store
+from encoder.train import metrics_io, partitioning
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array
+    params: Any
+    opt_state: Any
+
+
+def check_train_config(train_cfg, num_devices: int | None = None) -> None:
+    """Range checks on the loop's numbers, before anything is built or trained."""
+    for name in ("batch_size", "grad_accum_steps", "keep_checkpoints"):
+        if name in train_cfg and train_cfg[name] <= 0:
+            raise ValueError(f"train.{name} must be positive, got {train_cfg[name]}")
+    for name in ("num_steps", "eval_every", "warmup_steps", "eval_batches", "checkpoint_every"):
+        if name in train_cfg and train_cfg[name] < 0:
+            raise ValueError(f"train.{name} must be >= 0, got {train_cfg[name]}")
+    if train_cfg.get("learning_rate", 0.0) < 0:
+        raise ValueError(f"train.learning_rate must be >= 0, got {train_cfg.learning_rate}")
+    bs = train_cfg.batch_size
+    if bs % train_cfg.get("grad_accum_steps", 1):
+        raise ValueError(f"train.batch_size {bs} is not divisible by grad_accum_steps "
+                         f"{train_cfg.grad_accum_steps}")
+    micro = bs // train_cfg.get("grad_accum_steps", 1)
+    if num_devices and micro % num_devices:
+        raise ValueError(f"the (micro-)batch of {micro} rows does not divide over {num_devices} "
+                         f"devices: use a train.batch_size that is a multiple of "
+                         f"{num_devices * train_cfg.get('grad_accum_steps', 1)}")
+
+
+def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum: int = 1,
+              nan_at_step: int = -1):
+    """The pure train step; grad_accum > 1 scans over micro-batches.
+
+    loss_fn(params, batch, rng) -> (loss, metrics); prepare(batch, rng) -> batch
+    runs once per step on device before the micro-batches are cut.
+    """
+    def grads_and_metrics(params, batch, rng):
+        (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng)
+        return grads, metrics
+
+    def step(state: TrainState, batch: dict, rng: jax.Array):
+        k_prepare, rng = jax.random.split(rng)
+        if prepare is not None:
+            batch = prepare(batch, k_prepare)
+        if grad_accum == 1:
+            grads, metrics = grads_and_metrics(state.params, batch, rng)
+        else:
+            # Micro-batch i takes rows i, i+A, ...: each micro-batch spans every device.
+            micro = jax.tree.map(
+                lambda x: x.reshape(x.shape[0] // grad_accum, grad_accum, *x.shape[1:])
+                .swapaxes(0, 1), batch)
+
+            def body(carry, xs):
+                mb, i = xs
+                g, m = grads_and_metrics(state.params, mb, jax.random.fold_in(rng, i))
+                return jax.tree.map(jnp.add, carry, (g, m)), None
+
+            zeros = jax.tree.map(jnp.zeros_like, jax.eval_shape(
+                grads_and_metrics, state.params, jax.tree.map(lambda x: x[0], micro), rng))
+            (grads, metrics), _ = jax.lax.scan(body, zeros, (micro, jnp.arange(grad_accum)))
+            grads, metrics = jax.tree.map(lambda x: x / grad_accum, (grads, metrics))
+        if nan_at_step >= 0:  # testing hook for the non-finite-loss path
+            poison = jnp.where(state.step == nan_at_step, jnp.nan, 1.0)
+            grads = jax.tree.map(lambda g: g * poison, grads)
+            metrics = {**metrics, "loss": metrics["loss"] * poison}
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {**metrics, "grad_norm": optax.global_norm(grads)}
+        return TrainState(state.step + 1, params, opt_state), metrics
+
+    return step
+
+
+def init_state(init_params: Callable, tx, mesh, rng):
+    """Sharded initial state: eval_shape -> shardings -> jit(init, out_shardings)."""
+    boxed = jax.eval_shape(init_params, rng)
+    p_shard = partitioning.param_shardings(boxed, mesh)
+    params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=p_shard)(rng)
+    opt_abstract = jax.eval_shape(tx.init, params)
+    o_shard = optax.tree_map_params(tx, lambda _, s: s, opt_abstract, p_shard,
+                                    transform_non_params=lambda _: partitioning.replicated(mesh))
+    opt_state = jax.jit(tx.init, out_shardings=o_shard)(params)
+    shardings = TrainState(partitioning.replicated(mesh), p_shard, o_shard)
+    state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), partitioning.replicated(mesh)),
+                       params, opt_state)
+    return state, shardings
+
+
+class Trainer:
+    """Built once per run: the initial sharded state and the compiled, donated step."""
+
+    def __init__(self, mesh, tx, init_params: Callable, loss_fn: Callable,
+                 prepare: Callable | None = None, seed: int = 0, grad_accum: int = 1,
+                 nan_at_step: int = -1):
+        self.mesh, self.tx = mesh, tx
+        self.batch_sharding = partitioning.batch_sharding(mesh)
+        self.replicated = partitioning.replicated(mesh)
+        self.initial_state, self.shardings = init_state(init_params, tx, mesh,
+                                                        jax.random.key(seed))
+        step = make_step(loss_fn, tx, prepare, grad_accum, nan_at_step)
+        self.step_fn = jax.jit(step, in_shardings=(self.shardings, self.batch_sharding,
+                                                   self.replicated),
+                               out_shardings=(self.shardings, self.replicated),
+                               donate_argnums=(0,))
+
+    def jit_eval(self, fn: Callable, params_in: bool = True):
+        """jit of fn(params, batch, rng) (or fn(batch, rng)) with the run's shardings."""
+        shards = (self.shardings.params,) if params_in else ()
+        return jax.jit(fn, in_shardings=(*shards, self.batch_sharding, self.replicated),
+                       out_shardings=self.replicated)
+
+    def shard(self, batch: dict) -> dict:
+        return partitioning.shard_batch(batch, self.mesh)
+
+    def abstract_state(self):
+        return store.abstract_like(self.initial_state, self.shardings)
+
+
+def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None):
+    """(state, data_state, restored_step): own checkpoint > init(params) > scratch."""
+    state = trainer.initial_state
+    if mngr.latest_step() is not None:
+        state, data_state, _, step = store.restore(mngr, trainer.abstract_state())
+        return state, data_state, step
+    if init is not None:
+        state = state.replace(params=init(state.params, trainer.shardings.params))
+    return state, None, None
+
+
+@dataclasses.dataclass
+class LoopOptions:
+    """What the loop needs to know besides the trainer: counts, cadences, figures."""
+    num_steps: int
+    log_every: int
+    checkpoint_every: int
+    eval_every: int = 0                # 0: no evaluation callback
+    tokens_per_step: int = 0
+    flops_per_step: float = 0.0        # 0: no MFU column
+    peak_flops: float = 0.0
+    learning_rate: Callable[[int], float] | None = None
+    progress: bool = False
+    seed: int = 0
+
+
+class StopFlag:
+    """Set by SIGTERM or the first Ctrl-C: checkpoint and exit at the next step boundary."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.set = False
+        self.previous = {}
+
+    def __call__(self, signum, frame):
+        if self.set and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: exit now
+        logging.warning("received signal %d: checkpointing and stopping", signum)
+        print(f"received signal {signum}: checkpointing at the next step, then stopping "
+              "(Ctrl-C again to exit at once)", flush=True)
+        self.set = True
+
+    def __enter__(self):
+        for s in self.SIGNALS:
+            try:
+                self.previous[s] = signal.signal(s, self)
+            except ValueError:  # not the main thread: signals stay with the caller
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+def report(line: str) -> None:
+    """A progress line on stdout (process 0 only) and in the absl log."""
+    logging.info(line)
+    if jax.process_index() == 0:
+        print(line, flush=True)
+
+
+def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
+             opts: LoopOptions, evaluate: Callable | None = None,
+             meta: dict | None = None) -> tuple[Any, dict]:
+    """Trains from state.step to opts.num_steps; returns (final state, last metrics).
+
+    batches: an iterator of this process's numpy batches with get_state().
+    evaluate(state, step, last) -> metrics dict, called every opts.eval_every
+    steps and at the end (last: the latest logged training metrics); its rows
+    are written beside the training rows.
+    """
+    base_key = jax.random.key(opts.seed)
+    start = int(state.step)
+    progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
+    window: dict[str, float] = {}
+    window_steps, window_t0 = 0, time.time()
+    pending: list = []  # (step, metrics on device) not yet read by the host
+    last: dict = {}
+    workdir = writer.workdir
+
+    def absorb():
+        """Reads pending metrics (the only host sync), checks them, adds them up."""
+        nonlocal window_steps
+        for step_no, metrics in jax.device_get(pending):
+            loss = float(metrics["loss"])
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite loss ({loss}) at step {step_no}; stopping. The last good "
+                    f"checkpoint (step {mngr.latest_step()}) in {workdir} is intact.")
+            for k, v in metrics.items():
+                window[k] = window.get(k, 0.0) + float(v)
+            window_steps += 1
+        pending.clear()
+
+    with StopFlag() as stop:
+        try:
+            for step in range(start, opts.num_steps):
+                batch = trainer.shard(next(batches))
+                state, metrics = trainer.step_fn(state, batch, jax.random.fold_in(base_key, step))
+                step_no = step + 1
+                pending.append((step_no, metrics))
+                done = step_no == opts.num_steps
+                if step_no % opts.log_every == 0 or done or stop.set:
+                    absorb()
+                    elapsed = max(time.time() - window_t0, 1e-9)
+                    row = {f"train/{k}": v / window_steps for k, v in window.items()}
+                    if opts.tokens_per_step:
+                        row["train/tokens_per_s"] = window_steps * opts.tokens_per_step / elapsed
+                    if opts.learning_rate is not None:
+                        row["train/learning_rate"] = float(opts.learning_rate(step))
+                    if opts.flops_per_step and opts.peak_flops:
+                        row["train/mfu"] = (window_steps * opts.flops_per_step / elapsed
+                                            / (opts.peak_flops * jax.device_count()))
+                    writer.write(step_no, row)
+                    report(f"step {step_no}: " + ", ".join(f"{k}={v:.4g}" for k, v in row.items()))
+                    progress.update(step_no, row["train/loss"], row.get("train/tokens_per_s", 0))
+                    last.update(row)
+                    window.clear()
+                    window_steps, window_t0 = 0, time.time()
+                if evaluate is not None and opts.eval_every and (
+                        step_no % opts.eval_every == 0 or done):
+                    absorb()
+                    ev = evaluate(state, step_no, last)
+                    if ev:
+                        writer.write(step_no, ev)
+                        report(f"step {step_no} " + ", ".join(
+                            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                            for k, v in ev.items()))
+                        last.update(ev)
+                if step_no % opts.checkpoint_every == 0 or done or stop.set:
+                    absorb()  # never save a state whose loss was not checked
+                    store.save(mngr, step_no, state, batches.get_state(),
+                               {"step": step_no, **(meta or {})})
+                if stop.set:
+                    logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
+                    report(f"stopped by signal at step {step_no}; checkpoint saved in {workdir}")
+                    break
+            absorb()
+        finally:
+            mngr.wait_until_finished()
+            progress.close()
+    last["stopped"] = bool(stop.set) and int(state.step) < opts.num_steps
+    return state, last
