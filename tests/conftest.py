@@ -26,3 +26,16 @@ def tiny_cfg():
     cfg.dropout = 0.0
     cfg.attention_dropout = 0.0
     return cfg
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained(tmp_path_factory):
+    """The README's pretraining recipe at runlocal size, 6 steps: a workdir every job can start
+    from (its tokenizer and prepared corpus cache are reused by other tests)."""
+    from experiments import pretrain as pretrain_exp
+    from encoder.train import pretrain
+    d = str(tmp_path_factory.mktemp("tiny_pretrained"))
+    config = pretrain_exp.get_config("runlocal")
+    config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))
+    pretrain.train(config, d, devices=jax.devices()[:1])
+    return d

@@ -1,10 +1,14 @@
-"""Shared test helpers: build and initialise small models."""
+"""Shared test helpers: the repository root, small models."""
+import os
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from encoder.model import models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
 def init_masked_lm(cfg, batch=2, length=16, seed=0):

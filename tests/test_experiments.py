@@ -9,6 +9,7 @@ import pytest
 
 from encoder import config as config_lib
 from encoder.objectives import objectives
+from encoder.train import pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALL = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
@@ -28,7 +29,7 @@ def load(name, arg=None):
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_builds_with_runlocal(name):
     config = load(name, "runlocal")
-    config_lib.validate(config)
+    pretrain.validate(config)
     objective = objectives.OBJECTIVES[config.objective]
     model = objective.build_model(config)
     b, t = 2, config.data.seq_len
@@ -56,13 +57,13 @@ def test_downstream_experiments_build(name):
     from encoder import registry
     from encoder.model import heads
     from encoder.model.models import freeze
-    from encoder.train import finetune
+    from encoder.finetune.tasks import TASKS
     config = load(name, "runlocal")
     assert config.mode == name
     registry.lookup(heads.POOLING, config.pooling, "pooling rule")
-    for task in finetune.TASKS:
+    for task in TASKS:
         c = load("finetune", f"task={task},runlocal")
-        model = finetune.TASKS[task].model(freeze(c.model), 3, c.pooling)
+        model = TASKS[task].model_cls(freeze(c.model), 3, c.pooling)
         ids = jnp.ones((2, c.data.max_seq_len), jnp.int32)
         shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids))
         assert "encoder" in shapes["params"]

@@ -93,7 +93,7 @@ class Rows:
 
     def __init__(self, rows: dict):
         self.rows = rows
-        self.n = len(rows["input_ids"])
+        self.n = len(next(iter(rows.values())))
 
     def __len__(self):
         return self.n

@@ -112,9 +112,12 @@ def init_state(init_params: Callable, tx, mesh, rng):
     boxed = jax.eval_shape(init_params, rng)
     p_shard = partitioning.param_shardings(boxed, mesh)
     params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=p_shard)(rng)
-    opt_abstract = jax.eval_shape(tx.init, params)
-    o_shard = optax.tree_map_params(tx, lambda _, s: s, opt_abstract, p_shard,
-                                    transform_non_params=lambda _: partitioning.replicated(mesh))
+    # Moments take their parameter's sharding, counters are replicated; frozen leaves
+    # (multi_transform's MaskedNode) have no state and stay as they are.
+    masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731
+    o_shard = optax.tree_map_params(
+        tx, lambda x, s: x if masked(x) else s, jax.eval_shape(tx.init, params), p_shard,
+        transform_non_params=lambda _: partitioning.replicated(mesh), is_leaf=masked)
     opt_state = jax.jit(tx.init, out_shardings=o_shard)(params)
     shardings = TrainState(partitioning.replicated(mesh), p_shard, o_shard)
     state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), partitioning.replicated(mesh)),

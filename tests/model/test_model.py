@@ -6,7 +6,7 @@ import pytest
 
 import encoder
 from encoder import config as config_lib
-from encoder.model import attention, positions
+from encoder.model import attention, models, positions
 from helpers import count, init_masked_lm, random_ids
 
 SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "none"]
@@ -231,7 +231,7 @@ VARIANTS = [
 @pytest.mark.parametrize("overrides", VARIANTS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_every_variant_jits(tiny_cfg, overrides):
     tiny_cfg.update(overrides)
-    config_lib.validate_model(tiny_cfg, 16)
+    models.validate_config(tiny_cfg, 16)
     model, params = init_masked_lm(tiny_cfg)
     ids = jnp.asarray(random_ids(np.random.default_rng(0), 2, 16, tiny_cfg.vocab_size))
     am = jnp.ones((2, 16), jnp.int32).at[1, 12:].set(0)
@@ -275,14 +275,14 @@ def test_return_all_hidden_states(tiny_cfg):
 def test_validation_errors(tiny_cfg, change, message):
     tiny_cfg.update(change)
     with pytest.raises(ValueError, match=message):
-        config_lib.validate_model(tiny_cfg, 16)
+        models.validate_config(tiny_cfg, 16)
 
 
 def test_sequence_longer_than_learned_positions(tiny_cfg):
     with pytest.raises(ValueError, match="longer than the 64 learned positions"):
-        config_lib.validate_model(tiny_cfg, 65)
+        models.validate_config(tiny_cfg, 65)
     tiny_cfg.position = "rope"  # no table: any length is fine
-    config_lib.validate_model(tiny_cfg, 65)
+    models.validate_config(tiny_cfg, 65)
 
 
 def test_encode_reads_electra_discriminator_params(tiny_cfg):

@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from encoder.train import loop, metrics_io
+from encoder.train import metrics_io, pretrain
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402
 
 
 def small_config(**train):
@@ -25,13 +25,10 @@ def small_config(**train):
 
 
 @pytest.fixture(scope="module")
-def shared_data(tmp_path_factory):
-    """One tokenizer and token cache for the in-process runs (speed)."""
-    d = tmp_path_factory.mktemp("shared")
-    config = small_config()
-    run = loop.setup(config, str(d))
-    del run
-    return str(d / "tokenizer" / "sp.model"), str(d / "cache")
+def shared_data(tiny_pretrained):
+    """The session's tokenizer and prepared corpus, reused by every run here (speed)."""
+    return os.path.join(tiny_pretrained, "tokenizer", "sp.model"), os.path.join(tiny_pretrained,
+                                                                                 "cache")
 
 
 def _losses(workdir):
@@ -48,7 +45,7 @@ def test_one_and_eight_devices_give_the_same_loss(tmp_path, shared_data, objecti
         config.objective = objective
         config.data.tokenizer, config.data.cache_dir = shared_data
         config.mesh.update(mesh)
-        loop.train(config, str(tmp_path / name), devices=devices)
+        pretrain.train(config, str(tmp_path / name), devices=devices)
         results[name] = _losses(str(tmp_path / name))
     assert len(results["1"]) == 10
     for name in ("data8", "data4_fsdp2"):
@@ -60,9 +57,7 @@ def test_fsdp_shards_parameters(shared_data, tmp_path):
     config = small_config()
     config.data.tokenizer, config.data.cache_dir = shared_data
     config.mesh.update(dict(data=4, fsdp=2))
-    run = loop.setup(config, str(tmp_path))
-    state, shardings = loop.init_state(run.ctx.model, config, run.tx, run.mesh,
-                                       run.ctx.max_predictions)
+    state = pretrain.build(config, str(tmp_path)).trainer.initial_state
     kernel = state.params["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]  # [embed, mlp]
     assert kernel.sharding.spec[0] == "fsdp"
     assert kernel.addressable_shards[0].data.shape == (kernel.shape[0] // 2, kernel.shape[1])
@@ -76,7 +71,7 @@ def test_gradient_accumulation_matches_the_full_batch(shared_data, tmp_path):
         config = small_config(num_steps=3, grad_accum_steps=accum)
         config.data.tokenizer, config.data.cache_dir = shared_data
         config.model.dropout = 0.0
-        loop.train(config, str(tmp_path / str(accum)), devices=jax.devices()[:1])
+        pretrain.train(config, str(tmp_path / str(accum)), devices=jax.devices()[:1])
         losses[accum] = _losses(str(tmp_path / str(accum)))
     # Same masks (corruption precedes micro-batching); the loss is a mean of
     # micro-batch means, which differs from the full-batch mean only through the
@@ -89,8 +84,8 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(shared_dat
     config = small_config(num_steps=20, checkpoint_every=5, debug_nan_at_step=7)
     config.data.tokenizer, config.data.cache_dir = shared_data
     with pytest.raises(FloatingPointError, match=r"at step 8.*last good checkpoint \(step 5\)"):
-        loop.train(config, str(tmp_path), devices=jax.devices()[:1])
-    from encoder.train import checkpoint
+        pretrain.train(config, str(tmp_path), devices=jax.devices()[:1])
+    from encoder.checkpoints import store as checkpoint
     mngr = checkpoint.manager(str(tmp_path))
     assert mngr.all_steps() == [5]
     restored = mngr.restore(5, args=checkpoint.ocp.args.Composite(
@@ -152,7 +147,7 @@ def test_sigterm_writes_a_checkpoint_before_exit(tmp_path, shared_data):
     _wait_for(lambda: len(_losses(str(tmp_path))) >= 3, proc)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
-    from encoder.train import checkpoint
+    from encoder.checkpoints import store as checkpoint
     steps = checkpoint.manager(str(tmp_path)).all_steps()
     assert len(steps) == 1 and 3 <= steps[0] < 100000
 
@@ -178,7 +173,7 @@ def test_two_processes_match_one(tmp_path, shared_data):
 def test_resolved_config_and_metrics_files(shared_data, tmp_path):
     config = small_config(num_steps=4, eval_every=4, log_every=2)
     config.data.tokenizer, config.data.cache_dir = shared_data
-    loop.train(config, str(tmp_path), devices=jax.devices()[:1])
+    pretrain.train(config, str(tmp_path), devices=jax.devices()[:1])
     rows = metrics_io.read_metrics(str(tmp_path))
     assert [r["step"] for r in rows if "train/loss" in r] == [2, 4]
     ev = [r for r in rows if "eval/loss" in r]

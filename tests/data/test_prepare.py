@@ -12,7 +12,7 @@ import pytest
 
 from encoder.data import corpus, packing, pipeline, prepare, shards, tokenizer as tokenizer_lib
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402
 SMALL_UNITS = prepare.Settings(shard_mb=0.05)  # ~50 KB units: many cuts inside each file
 
 

