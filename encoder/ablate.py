@@ -123,9 +123,43 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
     return runs
 
 
+def changed_fields(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """Dotted paths whose values differ between two config dicts."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
+        path = f"{prefix}{k}"
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_fields(a, b, path + ".")
+        elif a != b:
+            out.append(f"{path}: {a!r} -> {b!r}")
+    return out
+
+
+def stale_reason(run: dict, d: str) -> list[str]:
+    """Why a run folder cannot be reused for this run: the config fields that differ."""
+    path = os.path.join(d, "resolved_config.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        old = json.load(f)
+    return changed_fields(old, json.loads(run["config"].to_json()))
+
+
 def launch(run: dict, root: str) -> subprocess.Popen | None:
-    """Starts the run's process, or returns None when it has already finished."""
+    """Starts the run's process, or returns None when it has already finished.
+
+    A folder is reused (finished: skipped; interrupted: resumed) only when its
+    resolved configuration is this run's; otherwise it is moved aside
+    (<dir>.stale-<time>, nothing deleted) and the run starts afresh.
+    """
     d = os.path.join(root, "runs", run["dir"])
+    changed = stale_reason(run, d)
+    if changed:
+        aside = f"{d}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+        os.replace(d, aside)
+        print(f"rerunning {run['dir']}: its configuration changed ({'; '.join(changed[:5])}); "
+              f"the old run is kept in {aside}", flush=True)
     if os.path.exists(os.path.join(d, DONE)):
         logging.info("skip %s (finished)", run["dir"])
         return None
@@ -144,19 +178,45 @@ def finetune_run(run: dict, root: str) -> None:
     """Fine-tunes the pretrained run on --finetune_data; writes finetune/eval.json."""
     d = os.path.join(root, "runs", run["dir"])
     out = os.path.join(d, "finetune")
-    if os.path.exists(os.path.join(out, "eval.json")):
-        return
-    cmd = [sys.executable, "-m", "encoder.main", f"--config={FLAGS.finetune}",
-           f"--config.init_from={d}", f"--workdir={out}",
-           f"--config.data.train_file={os.path.join(FLAGS.finetune_data, 'train.jsonl')}",
-           f"--config.data.dev_file={os.path.join(FLAGS.finetune_data, 'dev.jsonl')}",
-           f"--config.seed={run['seed']}"] + [f"--config.{kv}" for kv in FLAGS.finetune_set]
+    args = [f"--config={FLAGS.finetune}", f"--config.init_from={d}",
+            f"--config.data.train_file={os.path.join(FLAGS.finetune_data, 'train.jsonl')}",
+            f"--config.data.dev_file={os.path.join(FLAGS.finetune_data, 'dev.jsonl')}",
+            f"--config.seed={run['seed']}"] + [f"--config.{kv}" for kv in FLAGS.finetune_set]
+    record = os.path.join(out, "ablate_args.json")
+    if os.path.exists(out):
+        old = json.load(open(record)) if os.path.exists(record) else None
+        if old == args and os.path.exists(os.path.join(out, "eval.json")):
+            return  # finished with these very settings
+        if old != args:  # other settings: keep it aside, never report it under these
+            aside = f"{out}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+            os.replace(out, aside)
+            print(f"re-fine-tuning {run['dir']}: its settings changed; old one in {aside}",
+                  flush=True)
+    os.makedirs(out, exist_ok=True)
+    with open(record, "w") as f:
+        json.dump(args, f)
+    cmd = [sys.executable, "-m", "encoder.main", *args, f"--workdir={out}"]
     with open(os.path.join(d, "finetune.log"), "a") as log:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
 def execute(runs: list[dict], root: str, parallel: int) -> None:
+    """Runs everything, at most `parallel` at once; a failure stops the others first."""
     pending, active = list(runs), []
+    try:
+        _execute(pending, active, root, parallel)
+    finally:
+        for _, proc in active:  # never leave orphans: a failure or Ctrl-C stops the siblings
+            if proc.poll() is None:
+                proc.terminate()
+        for _, proc in active:
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _execute(pending: list, active: list, root: str, parallel: int) -> None:
     while pending or active:
         while pending and len(active) < max(1, parallel):
             run = pending.pop(0)
@@ -323,6 +383,9 @@ def main(argv):
     del argv
     root = os.path.abspath(FLAGS.workdir)
     os.makedirs(root, exist_ok=True)
+    if FLAGS.seeds < 1 or FLAGS.parallel < 1:
+        raise app.UsageError(f"--seeds and --parallel must be at least 1, got {FLAGS.seeds} "
+                             f"and {FLAGS.parallel}")
     sweeps = [parse_sweep(s) for s in FLAGS.sweep]
     runs = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
     print(f"{len(runs)} runs: " + ", ".join(r["dir"] for r in runs), flush=True)

@@ -50,16 +50,16 @@ flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in M
 flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
 flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
 flags.DEFINE_string("size", "mini", "model size preset")
-flags.DEFINE_integer("seq_len", 128, "tokens per row")
-flags.DEFINE_integer("batch_size", 32, "rows per step")
-flags.DEFINE_integer("vocab_size", 32768, "vocabulary size")
+flags.DEFINE_integer("seq_len", 128, "tokens per row", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "rows per step", lower_bound=1)
+flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
 flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
 flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
 flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference")
 flags.DEFINE_string("remat", "none", "rematerialisation policy")
 flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
-flags.DEFINE_integer("steps", 20, "timed steps")
-flags.DEFINE_integer("warmup", 3, "untimed steps after compilation")
+flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
+flags.DEFINE_integer("warmup", 3, "untimed steps after compilation", lower_bound=1)
 FLAGS = flags.FLAGS
 
 

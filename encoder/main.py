@@ -26,7 +26,7 @@ def init_distributed(dist_cfg) -> None:
                                    dist_cfg.process_id)
 
 
-def main(argv):
+def _run(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
@@ -57,6 +57,20 @@ def main(argv):
     if "eval/rtd_accuracy" in result:
         print(f"held-out replaced-token detection accuracy {result['eval/rtd_accuracy']:.3f} vs. "
               f"all-original baseline {result['eval/rtd_baseline_accuracy']:.3f}")
+
+
+def main(argv):
+    """_run, with the errors a user can act on reported in one line (no traceback)."""
+    from encoder.checkpoints.store import CheckpointError
+    from encoder.data.tasks import TaskDataError
+    from encoder.train.workdir import RunMismatch, WorkdirBusy
+    try:
+        _run(argv)
+    except OSError as e:  # disk full, permissions, a missing file: the one real line
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        raise SystemExit(f"error: {e.strerror or e}{where}") from None
+    except (WorkdirBusy, RunMismatch, TaskDataError, CheckpointError) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

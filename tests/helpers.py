@@ -14,8 +14,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 def init_masked_lm(cfg, batch=2, length=16, seed=0):
     model = models.MaskedLM(models.freeze(cfg))
     ids = jnp.full((batch, length), 5, jnp.int32)
-    variables = model.init(jax.random.key(seed), ids, None, jnp.ones((batch, length), jnp.int32),
-                           mlm_positions=jnp.zeros((batch, 2), jnp.int32))
+    # jitted: an eager flax init dispatches (and compiles) every op one by one.
+    variables = jax.jit(lambda rng: model.init(
+        rng, ids, None, jnp.ones((batch, length), jnp.int32),
+        mlm_positions=jnp.zeros((batch, 2), jnp.int32)))(jax.random.key(seed))
     return model, nn.unbox(variables)["params"]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from encoder import ablate
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from helpers import ROOT
 
 
 def test_expand_product_and_zip():
@@ -49,9 +49,9 @@ def test_equal_flops_gives_rtd_fewer_steps():
     assert abs(rtd["config"].train.num_steps * rtd["flops_per_step"] - budget) / budget < 0.05
 
 
-def _study(workdir, *extra, steps=8):
+def _study(workdir, *extra, steps=8, sweep="model.position=learned,rope", seeds=2):
     cmd = [sys.executable, "-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
-           "--sweep=model.position=learned,rope", "--seeds=2", f"--workdir={workdir}",
+           f"--sweep={sweep}", f"--seeds={seeds}", f"--workdir={workdir}",
            f"--config.train.num_steps={steps}", "--config.train.log_every=2",
            f"--config.train.eval_every={steps}", "--config.train.checkpoint_every=4", *extra]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
@@ -60,10 +60,12 @@ def _study(workdir, *extra, steps=8):
 
 
 @pytest.mark.slow
-def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path):
+def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path, tiny_pretrained):
+    shared = (f"--config.data.tokenizer={tiny_pretrained}/tokenizer/sp.model",
+              f"--config.data.cache_dir={tiny_pretrained}/cache")
     # An interrupted study: kill it (and its runs) once the first run has a checkpoint.
     first = tmp_path / "runs" / "position=learned__seed0"
-    proc = _study(tmp_path, "--parallel=1", steps=12)
+    proc = _study(tmp_path, "--parallel=1", *shared, steps=12)
     t0 = time.time()
     while not (first / "checkpoints" / "4").exists():
         assert proc.poll() is None, proc.stdout.read()
@@ -73,7 +75,7 @@ def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path):
     proc.wait()
     assert not (first / ablate.DONE).exists()
     # Rerun: the interrupted run resumes from its checkpoint and the study completes.
-    proc = _study(tmp_path, "--parallel=2", steps=12)
+    proc = _study(tmp_path, "--parallel=2", *shared, steps=12)
     out, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, out
     assert "resumed from" in (first / "run.log").read_text()
@@ -91,7 +93,32 @@ def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path):
     assert "| position=rope | 2 |" in (tmp_path / "results.md").read_text()
     # A third invocation repeats nothing.
     stamps = {p: p.stat().st_mtime for p in tmp_path.glob("runs/*/DONE")}
-    proc = _study(tmp_path, "--parallel=2", steps=12)
+    proc = _study(tmp_path, "--parallel=2", *shared, steps=12)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0 and "started" not in out
     assert {p: p.stat().st_mtime for p in tmp_path.glob("runs/*/DONE")} == stamps
+    # A changed setting is a different run: it is rerun, never reported from the old one.
+    proc = _study(tmp_path, *shared, steps=10, sweep="model.position=rope", seeds=1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    assert "rerunning position=rope__seed0: its configuration changed (train.eval_every: 12 " \
+           "-> 10; train.num_steps: 12 -> 10)" in out
+    assert list(tmp_path.glob("runs/position=rope__seed0.stale-*"))
+    with open(tmp_path / "runs.csv") as f:
+        assert [r["steps"] for r in csv.DictReader(f)] == ["10"]
+
+
+def test_a_failing_run_stops_its_siblings(tmp_path, monkeypatch):
+    procs = {"ok": "import time; time.sleep(120)", "bad": "raise SystemExit(3)"}
+    started = {}
+
+    def fake_launch(run, root):
+        os.makedirs(os.path.join(root, "runs", run["dir"]), exist_ok=True)
+        started[run["dir"]] = subprocess.Popen([sys.executable, "-c", procs[run["dir"]]])
+        return started[run["dir"]]
+
+    monkeypatch.setattr(ablate, "launch", fake_launch)
+    runs = [{"dir": "ok"}, {"dir": "bad"}]
+    with pytest.raises(RuntimeError, match="run bad failed"):
+        ablate.execute(runs, str(tmp_path), parallel=2)
+    assert started["ok"].poll() is not None  # the sibling did not outlive the study

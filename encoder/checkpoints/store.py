@@ -9,6 +9,7 @@ what fine-tuning keeps as best/ and what an HF import writes.
 """
 import json
 import os
+import time
 
 import jax
 import orbax.checkpoint as ocp
@@ -65,10 +66,28 @@ def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None =
             print(f"warning: checkpoint step {s} in {mngr.directory} does not restore "
                   f"({_one_line(err)}); trying the previous one", flush=True)
             continue
+        if failures:
+            _set_aside(mngr, [int(f.split(":")[0].split()[1]) for f in failures])
         return out["state"], out["data"], out["meta"], s
     raise CheckpointError(f"{mngr.directory}: no checkpoint restores (" + "; ".join(failures)
                           + "). If the configuration changed, the checkpoints belong to "
                           "another model.")
+
+
+def _set_aside(mngr: ocp.CheckpointManager, steps: list[int]) -> None:
+    """Moves unrestorable steps to <workdir>/checkpoints.bad/ (kept, not deleted), so the
+    redone steps can be saved again under their numbers."""
+    root = str(mngr.directory)
+    if jax.process_index() == 0:
+        bad = root.rstrip("/") + ".bad"
+        os.makedirs(bad, exist_ok=True)
+        for step in steps:
+            src = os.path.join(root, str(step))
+            if os.path.exists(src):
+                dst = os.path.join(bad, f"{step}-{int(time.time())}")
+                os.replace(src, dst)
+                print(f"moved the unrestorable checkpoint {src} to {dst}", flush=True)
+    mngr.reload()
 
 
 def abstract_like(tree, shardings):

@@ -481,6 +481,19 @@ def summary(manifest: dict) -> str:
             + ", ".join(f"{k}={v}" for k, v in st.items()))
 
 
+def prepare_with_beam(spec: str, out: str, s: Settings, tokenizer: str = "",
+                      vocab_size: int = 32768, tokenizer_type: str = "unigram",
+                      sample_chars: int = 4_000_000, beam_options: str = "",
+                      command: str = "") -> dict | None:
+    """The same plan, units and manifest as `prepare`, with Beam distributing the units."""
+    from encoder.data import prepare_beam
+    job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars)
+    todo = job.pending()
+    if todo:
+        prepare_beam.run(job.jobs(todo), process_unit, beam_options)
+    return finalize(job, command)
+
+
 def main(argv):
     from absl import flags
     FLAGS = flags.FLAGS
@@ -505,10 +518,9 @@ def main(argv):
         print(f"tokenizer: {job.tokenizer_path}")
         return
     if FLAGS.engine == "beam":
-        from encoder.data import prepare_beam
-        manifest = prepare_beam.prepare(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer,
-                                        FLAGS.vocab_size, FLAGS.tokenizer_type,
-                                        FLAGS.sample_chars, FLAGS.beam_options, command)
+        manifest = prepare_with_beam(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer,
+                                     FLAGS.vocab_size, FLAGS.tokenizer_type,
+                                     FLAGS.sample_chars, FLAGS.beam_options, command)
     else:
         manifest = prepare(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer, FLAGS.vocab_size,
                            FLAGS.num_workers or os.cpu_count() or 1, FLAGS.tokenizer_type,

@@ -13,23 +13,20 @@ Without --beam_options it runs on Beam's DirectRunner (useful for tests; the
 local engine is faster on one machine, BUILD_NOTES.md).
 """
 import shlex
+from typing import Callable, Iterable
 
-from encoder.data import prepare as prepare_lib
 
+def run(units: Iterable, process: Callable, beam_options: str = "") -> None:
+    """process(unit) for every unit, spread over a Beam pipeline's workers.
 
-def prepare(spec: str, out: str, s: prepare_lib.Settings, tokenizer: str = "",
-            vocab_size: int = 32768, tokenizer_type: str = "unigram",
-            sample_chars: int = 4_000_000, beam_options: str = "",
-            command: str = "") -> dict | None:
+    prepare.py plans the units and finalizes the manifest; this module only
+    distributes the work (so it imports nothing from prepare.py).
+    """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
-    job = prepare_lib.plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars)
-    todo = job.pending()
-    if todo:
-        options = PipelineOptions(shlex.split(beam_options) or ["--runner=DirectRunner"])
-        with beam.Pipeline(options=options) as p:
-            _ = (p
-                 | "units" >> beam.Create(job.jobs(todo))
-                 | "spread" >> beam.Reshuffle()
-                 | "tokenize" >> beam.Map(prepare_lib.process_unit))
-    return prepare_lib.finalize(job, command)
+    options = PipelineOptions(shlex.split(beam_options) or ["--runner=DirectRunner"])
+    with beam.Pipeline(options=options) as p:
+        _ = (p
+             | "units" >> beam.Create(list(units))
+             | "spread" >> beam.Reshuffle()
+             | "tokenize" >> beam.Map(process))

@@ -84,6 +84,8 @@ def embed(config, workdir: str) -> dict:
 def evaluate(config, workdir: str) -> dict:
     """Held-out MLM metrics and pseudo-perplexity of a pretrained MLM model."""
     p = sources.load(config.init_from)
+    # Before compiling: a length past a learned/sinusoidal table would read NaN rows.
+    models.validate_config(p.model_cfg, config.data.seq_len)
     if "mlm_head" not in p.params:
         raise ValueError(f"{config.init_from}: no MLM head in the checkpoint; evaluate needs an "
                          "MLM-pretrained model (for ELECTRA, the generator is the MLM)")
@@ -93,7 +95,6 @@ def evaluate(config, workdir: str) -> dict:
         run.model = p.model_cfg
         run.data.document_mask = False
     run.data.seq_len = config.data.seq_len
-    models.validate_config(p.model_cfg, config.data.seq_len)
     source = pipeline.held_out_rows(run.data, p.tokenizer, config.data.valid_files)
     if source is None:
         raise ValueError("no validation documents to evaluate on: give "

@@ -37,7 +37,7 @@ from encoder.finetune.tasks import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
 from encoder.train import metrics_io, optimizer as optimizer_lib, partitioning
-from encoder.train import trainer as trainer_lib
+from encoder.train import trainer as trainer_lib, workdir as workdir_lib
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -244,16 +244,26 @@ def _save_best(run: FineTuning, params, row: dict) -> None:
     metrics_io.write_json(os.path.join(wd, "best.json"), row)
 
 
+# Fields a restart may change (logged); any other change is refused (train/workdir.py).
+MUTABLE = ("train.num_epochs", "train.num_steps", "train.checkpoint_every",
+           "train.keep_checkpoints", "train.progress", "data.test_file", "eval", "mesh",
+           "distributed")
+
+
 def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
-    os.makedirs(workdir, exist_ok=True)
+    with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
+        return _finetune(config, workdir, devices)
+
+
+def _finetune(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
     cfg = run.config
     primary = jax.process_index() == 0
     mngr = store.manager(workdir, cfg.train.keep_checkpoints)
-    state, data_state, restored = trainer_lib.restore_or_init(run.trainer, mngr,
-                                                              init_from_source(run))
+    start = trainer_lib.restore_or_init(run.trainer, mngr, init_from_source(run))
     writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    state, data_state, restored = start.state, start.data_state, start.step
     if restored is not None:
         writer.drop_after(restored)
         trainer_lib.report(f"resumed from {workdir} at step {restored}")
@@ -261,10 +271,10 @@ def finetune(config, workdir: str, devices=None) -> dict:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json(indent=2))
         run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
+        workdir_lib.record_identity(workdir, config)
         if run.task.labels is not None:
             metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
 
-    eff_shardings = run.trainer.shardings.params["model"]  # merged LoRA kernels keep theirs
     eval_state = jax.jit(lambda p, b: run.task.forward(run.model, run.effective(p), b),
                          in_shardings=(run.trainer.shardings.params, run.trainer.batch_sharding),
                          out_shardings=run.trainer.replicated)
@@ -308,7 +318,8 @@ def finetune(config, workdir: str, devices=None) -> dict:
     try:
         state, last = trainer_lib.run_loop(run.trainer, state, it, mngr, writer, opts,
                                            evaluate=end_of_epoch,
-                                           meta={"task": cfg.task, "objective": "finetune"})
+                                           meta={"task": cfg.task, "objective": "finetune"},
+                                           restored_meta=start.meta)
     finally:
         mngr.close()
         writer.close()
@@ -316,14 +327,16 @@ def finetune(config, workdir: str, devices=None) -> dict:
         return {"stopped": True, "step": int(state.step)}
 
     _, best_params = store.load_params(os.path.join(workdir, "best"))
-    best_params = jax.device_put(best_params, eff_shardings)
-    eval_best = jax.jit(lambda p, b: run.task.forward(run.model, p, b),
-                        in_shardings=(eff_shardings, run.trainer.batch_sharding),
-                        out_shardings=run.trainer.replicated)
+    # The best parameters in the state's layout, so the compiled dev function serves:
+    # LoRA adapters are already merged into them, zero adapters add nothing.
+    best_tree = {"model": best_params}
+    if "lora" in state.params:
+        best_tree["lora"] = jax.tree.map(np.zeros_like, jax.device_get(state.params["lora"]))
+    best_tree = jax.device_put(best_tree, run.trainer.shardings.params)
     results, predictions = {}, []
     for name in ("dev", "test"):
         if name in run.splits:
-            m, preds = score_split(run, eval_best, best_params, run.splits[name])
+            m, preds = score_split(run, eval_state, best_tree, run.splits[name])
             results[name] = m
             predictions += [{"split": name, "index": i, **p} for i, p in enumerate(preds)]
     results["train/loss"] = last.get("train/loss")

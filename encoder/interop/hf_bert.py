@@ -51,6 +51,11 @@ def config_from_hf(hf: dict):
     act = hf.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
         raise ValueError(f"hidden_act {act!r} not supported; known: {sorted(_ACTIVATIONS)}")
+    needed = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+              "intermediate_size")
+    missing = [k for k in needed if k not in hf]
+    if missing:
+        raise ValueError(f"config.json lacks {missing}: not a BERT config")
     cfg = config_lib.model_config("base")
     cfg.size = "hf"
     cfg.vocab_size = hf["vocab_size"]
@@ -71,6 +76,14 @@ def config_from_hf(hf: dict):
     return cfg
 
 
+class _Tensors(dict):
+    """A tensor dict whose missing key names the tensor (not a bare KeyError)."""
+
+    def __missing__(self, key):
+        raise ValueError(f"the checkpoint has no tensor {key!r} (it has {len(self)} tensors, "
+                         f"e.g. {sorted(self)[:3]}): not a BERT-layout checkpoint")
+
+
 def _strip_prefix(tensors: dict) -> dict:
     """BertModel keys have no prefix; BertFor* keys start with 'bert.'."""
     if any(k.startswith("bert.") for k in tensors):
@@ -88,7 +101,7 @@ def _dense(t, prefix):
 
 def params_from_hf(tensors: dict, cfg) -> dict:
     """Maps HF tensor names to this codebase's params tree."""
-    t = _strip_prefix(tensors)
+    t = _Tensors(_strip_prefix(tensors))
     heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
     d = cfg.hidden_size
     embed = {
@@ -134,12 +147,49 @@ def _as_float32(tree):
     return np.asarray(tree, dtype=np.float32)
 
 
+def check_shapes(params: dict, cfg) -> None:
+    """Every imported tensor against the shape the config implies (before anything runs)."""
+    import jax
+    from encoder.model import models
+    model = models.MaskedLM(models.freeze(cfg))
+    ids = np.ones((1, 4), np.int32)
+    expected = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids,
+                                                 mlm_positions=np.zeros((1, 1), np.int32)))
+    expected = expected["params"]
+
+    def walk(got, want, path):
+        for k, v in got.items():
+            if k not in want:
+                continue  # e.g. the pooler, which the MLM model does not have
+            if isinstance(v, dict):
+                walk(v, want[k], f"{path}/{k}")
+            else:
+                shape = tuple(getattr(want[k], "value", want[k]).shape)
+                if tuple(v.shape) != shape:
+                    raise ValueError(f"tensor {path}/{k} has shape {tuple(v.shape)}, but "
+                                     f"config.json implies {shape} (vocab_size, hidden_size, "
+                                     "... disagree with the weights)")
+    walk(params, expected, "")
+
+
 def load(checkpoint_dir: str):
     """Reads a HF BERT-family folder: returns (model config, params)."""
-    with open(os.path.join(checkpoint_dir, "config.json")) as f:
-        hf = json.load(f)
-    cfg = config_from_hf(hf)
-    return cfg, params_from_hf(_read_tensors(checkpoint_dir), cfg)
+    path = os.path.join(checkpoint_dir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{checkpoint_dir}: no config.json (expected a HuggingFace "
+                                "model folder)")
+    try:
+        with open(path) as f:
+            hf = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    try:
+        cfg = config_from_hf(hf)
+        params = params_from_hf(_read_tensors(checkpoint_dir), cfg)
+        check_shapes(params, cfg)
+    except ValueError as e:
+        raise ValueError(f"{checkpoint_dir}: {e}") from None
+    return cfg, params
 
 
 def main(argv):

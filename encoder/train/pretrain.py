@@ -20,7 +20,15 @@ from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.objectives import objectives
 from encoder.train import flops, metrics_io, optimizer, partitioning, trainer as trainer_lib
+from encoder.train import workdir as workdir_lib
 from encoder.train.trainer import TrainState, report  # noqa: F401  (re-exported)
+
+
+# Fields a restart may change (logged); any other change is refused (train/workdir.py).
+MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval_batches",
+           "train.checkpoint_every", "train.keep_checkpoints", "train.progress",
+           "train.peak_flops", "train.debug_nan_at_step", "data.cache_dir", "mesh",
+           "distributed", "model.attention_impl", "model.remat")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -137,19 +145,26 @@ def load_init_params(init_from: str, params, shardings):
 
 def train(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) pretraining; returns the last train and eval metrics."""
-    os.makedirs(workdir, exist_ok=True)
+    with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
+        return _train(config, workdir, devices)
+
+
+def _train(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
     cfg = run.config
+    primary = jax.process_index() == 0
     mngr = store.manager(workdir, cfg.train.keep_checkpoints)
     init = (lambda p, s: load_init_params(cfg.init_from, p, s)) if cfg.init_from else None
-    state, data_state, restored = trainer_lib.restore_or_init(run.trainer, mngr, init)
-    writer = metrics_io.MetricsWriter(workdir, enabled=jax.process_index() == 0)
+    start = trainer_lib.restore_or_init(run.trainer, mngr, init)
+    writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    state, data_state, restored = start.state, start.data_state, start.step
     if restored is not None:
         writer.drop_after(restored)
         report(f"resumed from {workdir} at step {restored}")
-    if jax.process_index() == 0:  # written only once the checkpoint (if any) restored
+    if primary:  # written only once the checkpoint (if any) restored
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(cfg.to_json(indent=2))
+        workdir_lib.record_identity(workdir, config)
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
@@ -170,7 +185,7 @@ def train(config, workdir: str, devices=None) -> dict:
         state, last = trainer_lib.run_loop(
             run.trainer, state, it, mngr, writer, opts,
             evaluate=lambda s, *_: evaluate(run, s.params),
-            meta={"objective": cfg.objective})
+            meta={"objective": cfg.objective}, restored_meta=start.meta)
     finally:
         mngr.close()
         writer.close()

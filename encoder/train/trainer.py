@@ -155,15 +155,24 @@ class Trainer:
         return store.abstract_like(self.initial_state, self.shardings)
 
 
-def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None):
-    """(state, data_state, restored_step): own checkpoint > init(params) > scratch."""
+@dataclasses.dataclass
+class Restored:
+    """Where a run starts: its state, and what the checkpoint held besides (None: scratch)."""
+    state: Any
+    data_state: dict | None = None
+    meta: dict | None = None
+    step: int | None = None
+
+
+def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None) -> Restored:
+    """Own checkpoint (the newest that restores) > init(params, shardings) > scratch."""
     state = trainer.initial_state
     if mngr.latest_step() is not None:
-        state, data_state, _, step = store.restore(mngr, trainer.abstract_state())
-        return state, data_state, step
+        state, data_state, meta, step = store.restore(mngr, trainer.abstract_state())
+        return Restored(state, data_state, meta, step)
     if init is not None:
         state = state.replace(params=init(state.params, trainer.shardings.params))
-    return state, None, None
+    return Restored(state)
 
 
 @dataclasses.dataclass
@@ -220,7 +229,7 @@ def report(line: str) -> None:
 
 def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
              opts: LoopOptions, evaluate: Callable | None = None,
-             meta: dict | None = None) -> tuple[Any, dict]:
+             meta: dict | None = None, restored_meta: dict | None = None) -> tuple[Any, dict]:
     """Trains from state.step to opts.num_steps; returns (final state, last metrics).
 
     batches: an iterator of this process's numpy batches with get_state().
@@ -231,8 +240,8 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
     base_key = jax.random.key(opts.seed)
     start = int(state.step)
     progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
-    window: dict[str, float] = {}
-    window_steps, window_t0 = 0, time.time()
+    window: dict[str, float] = dict((restored_meta or {}).get("window", {}))
+    window_steps, window_t0 = int((restored_meta or {}).get("window_steps", 0)), time.time()
     pending: list = []  # (step, metrics on device) not yet read by the host
     last: dict = {}
     workdir = writer.workdir
@@ -289,7 +298,8 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
                 if step_no % opts.checkpoint_every == 0 or done or stop.set:
                     absorb()  # never save a state whose loss was not checked
                     store.save(mngr, step_no, state, batches.get_state(),
-                               {"step": step_no, **(meta or {})})
+                               {"step": step_no, **(meta or {}), "window": dict(window),
+                                "window_steps": window_steps})
                 if stop.set:
                     logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
                     report(f"stopped by signal at step {step_no}; checkpoint saved in {workdir}")

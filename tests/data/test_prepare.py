@@ -102,9 +102,8 @@ def test_machines_share_the_units_and_the_last_writes_the_manifest(text_corpus, 
 
 def test_beam_pipeline_writes_the_same_corpus(text_corpus, prepared, tmp_path):
     pytest.importorskip("apache_beam")
-    from encoder.data import prepare_beam
     folder, tok = text_corpus
-    m = prepare_beam.prepare(folder, str(tmp_path / "beam"), SMALL_UNITS, tokenizer=tok)
+    m = prepare.prepare_with_beam(folder, str(tmp_path / "beam"), SMALL_UNITS, tokenizer=tok)
     assert _manifest_core(m) == _manifest_core(prepared[1])
 
 

@@ -4,6 +4,7 @@ import sys
 
 import jax
 import numpy as np
+import pytest
 
 from encoder.data import tokenizer as tokenizer_lib
 from helpers import ROOT
@@ -44,7 +45,7 @@ def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):
     from encoder.eval import pseudo_perplexity
     from encoder.objectives import objectives
     from encoder.checkpoints import sources
-    from encoder.train import pretrain
+    from encoder.train import pretrain as pretrain_job
     words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
              "november oscar papa").split()
     rng = np.random.default_rng(0)
@@ -55,7 +56,7 @@ def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):
     config.model.vocab_size = 100
     config.train.update(dict(num_steps=300, learning_rate=3e-3, eval_every=0,
                              checkpoint_every=300, log_every=100))
-    pretrain.train(config, str(tmp_path / "run"), devices=jax.devices()[:1])
+    pretrain_job.train(config, str(tmp_path / "run"), devices=jax.devices()[:1])
     p = sources.load(str(tmp_path / "run"))
     rows = pipeline.build_rows(docs[:20], p.tokenizer, p.run_config.data)
     shuffled = rows["input_ids"].copy()
@@ -74,3 +75,21 @@ def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):
         scores[name] = pseudo_perplexity.pseudo_perplexity(lp)
     print(scores)
     assert scores["domain"] < 0.5 * scores["shuffled"]
+
+
+def test_lengths_past_the_learned_table_are_refused_before_compiling(tmp_path):
+    from encoder.eval import intrinsic
+    from experiments import embed as embed_exp, evaluate as evaluate_exp
+    (tmp_path / "texts.txt").write_text("one text\nanother text\n")
+    config = embed_exp.get_config()
+    config.init_from = "hf:" + minilm_dir()
+    config.data.input_file = str(tmp_path / "texts.txt")
+    config.data.max_seq_len = 1024
+    with pytest.raises(ValueError, match="1024 is longer than the 512 learned positions"):
+        intrinsic.embed(config, str(tmp_path / "emb"))
+    assert not (tmp_path / "emb").exists()
+    config = evaluate_exp.get_config()
+    config.init_from = "hf:" + minilm_dir()
+    config.data.seq_len = 1024
+    with pytest.raises(ValueError, match="1024 is longer than the 512 learned positions"):
+        intrinsic.evaluate(config, str(tmp_path / "eval"))

@@ -71,3 +71,37 @@ def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
     # The folder carries its vocabulary, so it is a valid init_from (one door for all sources).
     p = sources.load(str(out))
     assert p.kind == "params" and p.tokenizer.encode("hello world") == [7592, 2088]
+
+
+def _copy_minilm(dst, config_edit=None, drop_tensor=None):
+    """A copy of the MiniLM folder with its config.json or tensors damaged."""
+    import json
+    import shutil
+    from safetensors.numpy import load_file, save_file
+    shutil.copytree(minilm_dir(), dst)
+    if config_edit is not None:
+        cfg = json.load(open(os.path.join(dst, "config.json")))
+        config_edit(cfg)
+        json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    if drop_tensor is not None:
+        tensors = load_file(os.path.join(dst, "model.safetensors"))
+        del tensors[drop_tensor]
+        save_file(tensors, os.path.join(dst, "model.safetensors"))
+    return str(dst)
+
+
+def test_malformed_folders_get_errors_that_name_what_is_wrong(tmp_path):
+    folder = _copy_minilm(tmp_path / "a", config_edit=lambda c: c.pop("num_hidden_layers"))
+    with pytest.raises(ValueError, match=r"config.json lacks \['num_hidden_layers'\]"):
+        hf_bert.load(folder)
+    folder = _copy_minilm(tmp_path / "b", drop_tensor="encoder.layer.3.output.dense.weight")
+    with pytest.raises(ValueError, match=r"no tensor 'encoder.layer.3.output.dense.weight'"):
+        hf_bert.load(folder)
+    folder = _copy_minilm(tmp_path / "c", config_edit=lambda c: c.update(vocab_size=1000))
+    with pytest.raises(ValueError, match=r"embed/token/embedding has shape \(30522, 384\), but "
+                                         r"config.json implies \(1000, 384\)"):
+        hf_bert.load(folder)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "config.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        hf_bert.load(str(tmp_path / "d"))

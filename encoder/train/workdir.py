@@ -1,0 +1,178 @@
+"""A workdir belongs to one run: a lock against a second writer, and the run's identity.
+
+`claim(workdir, config, mutable)` is the first thing a job does with its
+workdir, before it writes anything there:
+
+  * the lock (WORKDIR/LOCK: host, pid, start time) is taken atomically; a
+    second launch on the same workdir is told who holds it and exits; a lock
+    left by a dead process on this host is taken over; released at exit;
+  * the run's identity is every config field except the `mutable` ones
+    (step counts, logging, checkpoint cadence, the mesh, ...). It is kept in
+    WORKDIR/run.json. A restart whose identity differs from a workdir that has
+    checkpoints is refused with a short diff and nothing written; a changed
+    mutable field is allowed and logged.
+"""
+import json
+import os
+import socket
+import time
+
+from absl import logging
+
+from encoder.checkpoints import store
+
+LOCK = "LOCK"
+RUN = "run.json"
+
+
+class WorkdirBusy(RuntimeError):
+    """Another live process holds the workdir."""
+
+
+class RunMismatch(ValueError):
+    """A restart would mix two different runs in one workdir."""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+class Lock:
+    """WORKDIR/LOCK, created with O_EXCL; a context manager that releases it."""
+
+    def __init__(self, workdir: str):
+        self.path = os.path.join(workdir, LOCK)
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        self.held = False
+
+    def _owner(self) -> dict | None:
+        try:
+            with open(self.path) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def acquire(self) -> "Lock":
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                owner = self._owner()
+                if owner is None:  # being written right now, or torn: look again
+                    time.sleep(0.2)
+                    owner = self._owner()
+                if owner is not None and (owner.get("host") != self.me["host"]
+                                          or _alive(int(owner.get("pid", -1)))):
+                    since = time.strftime("%Y-%m-%d %H:%M:%S",
+                                          time.localtime(owner.get("since", 0)))
+                    raise WorkdirBusy(
+                        f"{os.path.dirname(self.path)} is in use by pid {owner.get('pid')} on "
+                        f"{owner.get('host')} (since {since}). Wait for it, stop it, or use "
+                        f"another --workdir; if that process is gone, delete {self.path}.")
+                # A dead process's lock on this host: take it over, then check we won.
+                logging.warning("taking over the stale lock %s (owner %s)", self.path, owner)
+                tmp = f"{self.path}.{os.getpid()}"
+                with open(tmp, "w") as f:
+                    json.dump(self.me, f)
+                os.replace(tmp, self.path)
+                time.sleep(0.05)
+                if self._owner() == self.me:
+                    self.held = True
+                    return self
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(self.me, f)
+            self.held = True
+            return self
+        raise WorkdirBusy(f"{self.path}: could not take the lock (contended)")
+
+    def release(self) -> None:
+        if self.held and self._owner() == self.me:
+            os.remove(self.path)
+        self.held = False
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, dict):
+            out.update(flatten(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+class claim:  # noqa: N801 - used as `with workdir.claim(...)`
+    """Lock the workdir (process 0), then check the restart's identity; releases at exit."""
+
+    def __init__(self, workdir: str, config, mutable, primary: bool = True):
+        self.workdir, self.config, self.mutable = workdir, config, mutable
+        self.lock = Lock(workdir) if primary else None
+
+    def __enter__(self):
+        os.makedirs(self.workdir, exist_ok=True)
+        if self.lock is not None:
+            self.lock.acquire()
+        try:
+            check_identity(self.workdir, self.config, self.mutable)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        if self.lock is not None:
+            self.lock.release()
+
+
+def _is_mutable(key: str, mutable) -> bool:
+    return any(key == m or key.startswith(m + ".") for m in mutable)
+
+
+def check_identity(workdir: str, config, mutable) -> list[str]:
+    """Refuses a restart that would change the run; returns the allowed changes (logged)."""
+    path = os.path.join(workdir, RUN)
+    if not (os.path.exists(path) and store.has_checkpoint(workdir)):
+        return []
+    with open(path) as f:
+        saved = json.load(f)
+    new = json.loads(json.dumps(flatten(config.to_dict()), default=str))  # as run.json has it
+    old = saved.get("config", {})
+    changed = sorted(k for k in set(old) | set(new)
+                     if old.get(k, "<absent>") != new.get(k, "<absent>"))
+    refused = [k for k in changed if not _is_mutable(k, mutable)]
+    if refused:
+        lines = [f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                 for k in refused[:12]]
+        more = f"\n  ... and {len(refused) - 12} more" if len(refused) > 12 else ""
+        raise RunMismatch(
+            f"{workdir} holds a run with a different configuration; resuming would mix two "
+            "runs. Changed:\n" + "\n".join(lines) + more + "\nUse a new --workdir (nothing "
+            "was written to this one), or restore these values.")
+    allowed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+    for line in allowed:
+        logging.warning("resuming with a changed setting: %s", line)
+        print(f"resuming with a changed setting: {line}", flush=True)
+    return allowed
+
+
+def record_identity(workdir: str, config) -> None:
+    """WORKDIR/run.json: the requested configuration a restart is compared with."""
+    tmp = os.path.join(workdir, RUN + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump({"config": flatten(config.to_dict())}, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(workdir, RUN))
