@@ -12,7 +12,10 @@ standard-library modules (read with `ast`, without importing anything).
 import ast
 import dataclasses
 import glob
+import hashlib
+import json
 import os
+import sys
 import sysconfig
 import zlib
 from typing import Iterable, Iterator
@@ -156,23 +159,58 @@ def _docstrings(source: str) -> Iterator[str]:
             yield doc
 
 
-def stdlib_documents() -> list[str]:
-    """The pydoc topics and the stdlib modules' docstrings, in a fixed order."""
-    from pydoc_data import topics
-    docs = [topics.topics[k].strip() for k in sorted(topics.topics)]
+def _stdlib_files() -> list[str]:
     stdlib = sysconfig.get_paths()["stdlib"]
     files = []
     for root, dirs, names in os.walk(stdlib):
         dirs[:] = sorted(d for d in dirs if d not in ("site-packages", "test", "tests",
                                                       "idlelib", "__pycache__", "lib2to3"))
         files.extend(os.path.join(root, n) for n in sorted(names) if n.endswith(".py"))
-    for path in sorted(files):
+    return sorted(files)
+
+
+def _stdlib_cache_path(files: list[str]) -> str:
+    """A per-user cache file keyed by the interpreter and every source file's size and date."""
+    h = hashlib.sha256(sys.version.encode())
+    for path in files:
+        st = os.stat(path)
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "encoder", f"stdlib-{h.hexdigest()[:20]}.json")
+
+
+def stdlib_documents() -> list[str]:
+    """The pydoc topics and the stdlib modules' docstrings, in a fixed order.
+
+    Parsing ~650 modules takes about 10 s on the 2-core VM, so the result is
+    cached per user (~/.cache/encoder), keyed by the Python version and every
+    source file's size and date; an unwritable cache is skipped.
+    """
+    from pydoc_data import topics
+    files = _stdlib_files()
+    cache = _stdlib_cache_path(files)
+    try:
+        with open(cache, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        pass
+    docs = [topics.topics[k].strip() for k in sorted(topics.topics)]
+    for path in files:
         try:
             with open(path, encoding="utf-8") as f:
                 docs.extend(_docstrings(f.read()))
         except (SyntaxError, UnicodeDecodeError, ValueError):
             continue  # a few stdlib files are deliberately broken (test data)
-    return [d for d in docs if d]
+    docs = [d for d in docs if d]
+    try:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(docs, f)
+        os.replace(tmp, cache)  # atomic: concurrent runs never read half a file
+    except OSError:
+        pass
+    return docs
 
 
 def is_validation(doc: str, valid_fraction: float) -> bool:

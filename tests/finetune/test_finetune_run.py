@@ -139,7 +139,7 @@ def test_sigkill_mid_epoch_resumes_to_the_same_final_loss(tiny_pretrained, tmp_p
     task_dir = topic_task(tmp_path / "task", n_train=128)
     # 8 steps per epoch, a checkpoint every 5 steps (step 5 is mid-epoch), and enough
     # epochs that the kill lands long before the end.
-    extra = ("--config.train.num_epochs=6", "--config.train.checkpoint_every=5",
+    extra = ("--config.train.num_epochs=3", "--config.train.checkpoint_every=5",
              "--config.finetune.dropout=0.1")
     ref = _finetune_cli(tmp_path / "ref", tiny_pretrained, task_dir, *extra)
     victim = _finetune_cli(tmp_path / "victim", tiny_pretrained, task_dir, *extra)
