@@ -122,3 +122,12 @@ def test_a_failing_run_stops_its_siblings(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError, match="run bad failed"):
         ablate.execute(runs, str(tmp_path), parallel=2)
     assert started["ok"].poll() is not None  # the sibling did not outlive the study
+
+
+def test_zero_seeds_is_refused_up_front(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "encoder.ablate",
+                           "--config=experiments/pretrain.py:runlocal", "--seeds=0",
+                           f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "XLA_FLAGS": ""})
+    assert proc.returncode != 0 and "--seeds and --parallel must be at least 1" in proc.stderr
+    assert not (tmp_path / "runs").exists()
