@@ -52,22 +52,35 @@ def test_experiment_builds_with_runlocal(name):
     assert value.shape == () and "loss" in metrics
 
 
-@pytest.mark.parametrize("name", DOWNSTREAM)
-def test_downstream_experiments_build(name):
-    from encoder import registry
-    from encoder.model import heads
-    from encoder.model.models import freeze
+@pytest.mark.parametrize("name,arg,pooling", [("evaluate", "runlocal", "cls"),
+                                               ("embed", None, "mean"),
+                                               ("embed", "pooling=cls", "cls")])
+def test_evaluate_and_embed_experiments_pick_their_mode(name, arg, pooling):
+    config = load(name, arg)
+    assert config.mode == name and config.pooling == pooling
+    if name == "evaluate":
+        assert config.eval.max_tokens == 2000  # runlocal shrinks the budget
+
+
+def _task_names():
     from encoder.finetune.tasks import TASKS
-    config = load(name, "runlocal")
-    assert config.mode == name
-    registry.lookup(heads.POOLING, config.pooling, "pooling rule")
-    for task in TASKS:
-        c = load("finetune", f"task={task},runlocal")
-        model = TASKS[task].model_cls(freeze(c.model), 3, c.pooling)
-        ids = jnp.ones((2, c.data.max_seq_len), jnp.int32)
-        shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids))
-        assert "encoder" in shapes["params"]
-        assert ("head" in shapes["params"]) == (task != "contrastive")  # mean pooling: no params
+    return sorted(TASKS)
+
+
+@pytest.mark.parametrize("task", _task_names())
+def test_finetune_experiment_builds_every_task_model(task):
+    from encoder.finetune.tasks import TASKS
+    from encoder.model.models import freeze
+    c = load("finetune", f"task={task},mode=lora,runlocal")
+    assert (c.mode, c.task, c.finetune.mode, c.data.max_seq_len) == ("finetune", task, "lora", 64)
+    assert c.pooling == ("mean" if task == "contrastive" else "cls")
+    model = TASKS[task].model_cls(freeze(c.model), 3, c.pooling)
+    ids = jnp.ones((2, c.data.max_seq_len), jnp.int32)
+    shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids * 0, ids))
+    assert "encoder" in shapes["params"]
+    assert ("head" in shapes["params"]) == (task != "contrastive")  # mean pooling: no params
+    with pytest.raises(ValueError, match="valid names: .*mode.*task"):
+        load("finetune", "taks=qa")
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -32,14 +32,6 @@ class Classification(Task):
                     f"{first['_where']} has {first['label']!r}, a {_label_type(first['label'])}: "
                     "mixed label types would make one class into two")
 
-    def fit_labels(self, train_examples):
-        if self.labels is None:
-            self.labels = tasks_lib.LabelSet.from_examples(train_examples, self.name)
-        if len(self.labels.names) < 2:
-            raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one "
-                                f"label ({self.labels.names}) in the training file; a classifier "
-                                "needs at least two")
-
     def featurize(self, examples):
         return tasks_lib.featurize_sequences(examples, self.tokenizer,
                                              self.config.data.max_seq_len, self.name,

@@ -260,18 +260,11 @@ def _finetune(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
     cfg = run.config
     primary = jax.process_index() == 0
-    mngr = store.manager(workdir, cfg.train.keep_checkpoints)
-    start = trainer_lib.restore_or_init(run.trainer, mngr, init_from_source(run))
-    writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
+                                               cfg.train.keep_checkpoints, init_from_source(run))
     state, data_state, restored = start.state, start.data_state, start.step
-    if restored is not None:
-        writer.drop_after(restored)
-        trainer_lib.report(f"resumed from {workdir} at step {restored}")
-    if primary:  # written once the checkpoint (if any) restored
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(cfg.to_json(indent=2))
+    if primary:  # the tokenizer and labels travel with the run (a valid init_from)
         run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
-        workdir_lib.record_identity(workdir, config)
         if run.task.labels is not None:
             metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
 

@@ -22,14 +22,6 @@ class Tagging(Task):
                     raise TaskDataError(f"{ex['_where']}: {key!r} must be a list of strings, "
                                         f"got {type(value).__name__} {str(value)[:40]!r}")
 
-    def fit_labels(self, train_examples):
-        if self.labels is None:
-            self.labels = tasks_lib.LabelSet.from_examples(train_examples, self.name)
-        if len(self.labels.names) < 2:
-            raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one tag "
-                                f"({self.labels.names}) in the training file; tagging needs at "
-                                "least two")
-
     def featurize(self, examples):
         return tasks_lib.featurize_tagging(examples, self.tokenizer,
                                            self.config.data.max_seq_len, self.labels)

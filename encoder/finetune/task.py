@@ -42,7 +42,19 @@ class Task:
         """Type checks beyond the reader's field checks (subclasses extend)."""
 
     def fit_labels(self, train_examples: list[dict]) -> None:
-        """Fixes label names from the training file (label-free tasks keep None)."""
+        """Fixes label names from the training file (label-free tasks keep None).
+
+        A resumed run or a fine-tuned source passes its names in (`labels`), so
+        the head's rows keep their meaning. Fewer than two labels is refused.
+        """
+        if not self.uses_labels:
+            return
+        if self.labels is None:
+            self.labels = tasks_lib.LabelSet.from_examples(train_examples, self.name)
+        if len(self.labels.names) < 2:
+            raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one label "
+                                f"({self.labels.names}) in the training file; a {self.name} "
+                                "head needs at least two")
 
     @property
     def num_labels(self) -> int:

@@ -7,10 +7,13 @@ attention pattern and cross-layer sharing are all read from the model config.
 
 Axes: B batch, T tokens, E embedding width, D model width, H heads.
 """
+import functools
 from typing import Any
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
+import ml_collections
 
 from encoder.model import attention as attention_lib
 from encoder.model import layers
@@ -165,15 +168,22 @@ def encoder_params(params):
 
 def encode(config, params, input_ids, segment_ids=None, attention_mask=None,
            positions=None, document_ids=None):
-    """g(x; θ): the pure encoder. Returns hidden [B, T, D] in float32.
+    """g(x; θ): the pure encoder, jit-compiled. Returns hidden [B, T, D] in float32.
 
     attention_mask is 1 for real tokens, 0 for padding. params may be a full
     model's params (with an 'encoder' subtree) or the encoder's own.
     """
+    as_array = lambda x: None if x is None else jnp.asarray(x)  # noqa: E731
     cfg = model_config(config)
-    hidden, _ = Encoder(cfg).apply(
-        {"params": encoder_params(params)}, jnp.asarray(input_ids),
-        None if segment_ids is None else jnp.asarray(segment_ids),
-        None if attention_mask is None else jnp.asarray(attention_mask),
-        positions, document_ids)
+    if not isinstance(cfg, ml_collections.FrozenConfigDict):
+        cfg = ml_collections.FrozenConfigDict(cfg)  # hashable: a static argument of the jit
+    return _encode(cfg, encoder_params(params), jnp.asarray(input_ids),
+                   as_array(segment_ids), as_array(attention_mask), as_array(positions),
+                   as_array(document_ids))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _encode(cfg, params, input_ids, segment_ids, attention_mask, positions, document_ids):
+    hidden, _ = Encoder(cfg).apply({"params": params}, input_ids, segment_ids, attention_mask,
+                                   positions, document_ids)
     return hidden

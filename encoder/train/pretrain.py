@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from encoder.checkpoints import sources, store
+from encoder.checkpoints import sources
 from encoder.data import pipeline
 from encoder.objectives import objectives
-from encoder.train import flops, metrics_io, optimizer, partitioning, trainer as trainer_lib
+from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
-from encoder.train.trainer import TrainState, report  # noqa: F401  (re-exported)
+from encoder.train.trainer import report
 
 
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
@@ -152,19 +152,10 @@ def train(config, workdir: str, devices=None) -> dict:
 def _train(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
     cfg = run.config
-    primary = jax.process_index() == 0
-    mngr = store.manager(workdir, cfg.train.keep_checkpoints)
     init = (lambda p, s: load_init_params(cfg.init_from, p, s)) if cfg.init_from else None
-    start = trainer_lib.restore_or_init(run.trainer, mngr, init)
-    writer = metrics_io.MetricsWriter(workdir, enabled=primary)
-    state, data_state, restored = start.state, start.data_state, start.step
-    if restored is not None:
-        writer.drop_after(restored)
-        report(f"resumed from {workdir} at step {restored}")
-    if primary:  # written only once the checkpoint (if any) restored
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(cfg.to_json(indent=2))
-        workdir_lib.record_identity(workdir, config)
+    mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
+                                               cfg.train.keep_checkpoints, init)
+    state, data_state = start.state, start.data_state
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))

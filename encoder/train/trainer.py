@@ -20,6 +20,7 @@ else applies an init source, else starts from scratch.
 """
 import dataclasses
 import math
+import os
 import signal
 import time
 from typing import Any, Callable
@@ -32,7 +33,7 @@ import optax
 from absl import logging
 
 from encoder.checkpoints import store
-from encoder.train import metrics_io, partitioning
+from encoder.train import metrics_io, partitioning, workdir as workdir_lib
 
 
 @flax.struct.dataclass
@@ -173,6 +174,28 @@ def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None) -> Res
     if init is not None:
         state = state.replace(params=init(state.params, trainer.shardings.params))
     return Restored(state)
+
+
+def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
+             init: Callable | None = None):
+    """Starts or resumes a run in its (claimed) workdir: (manager, metrics writer, Restored).
+
+    Restores (or inits), drops the metrics rows of steps the run will redo, and
+    only then writes config.json (the resolved config later jobs read) and
+    run.json (the requested config a restart is compared with).
+    """
+    primary = jax.process_index() == 0
+    mngr = store.manager(workdir, keep)
+    start = restore_or_init(trainer, mngr, init)
+    writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    if start.step is not None:
+        writer.drop_after(start.step)
+        report(f"resumed from {workdir} at step {start.step}")
+    if primary:
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(resolved.to_json(indent=2))
+        workdir_lib.record_identity(workdir, requested)
+    return mngr, writer, start
 
 
 @dataclasses.dataclass

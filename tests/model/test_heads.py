@@ -64,15 +64,29 @@ def test_span_decoder_never_returns_start_after_end():
     assert (int(s_all[row]), int(e_all[row])) == best
 
 
-def test_sequence_token_and_rtd_heads_shapes(tiny_cfg):
+def test_token_heads_are_per_token_and_the_sequence_head_reads_the_pool(tiny_cfg):
+    """A token-level head's output at t depends on h_t only; a mean-pooled sequence head
+    only on the mean of the real tokens (so reordering them changes nothing)."""
     cfg = freeze(tiny_cfg)
-    hidden = jnp.ones((2, 7, 32))
-    for module, expected in ((heads.SequenceHead(cfg, 3, "mean"), (2, 3)),
-                             (heads.SequenceHead(cfg, 1, "cls_tanh"), (2, 1)),
-                             (heads.TokenHead(cfg, 5), (2, 7, 5)),
-                             (heads.RtdHead(cfg), (2, 7))):
-        out = module.apply(module.init(jax.random.key(0), hidden), hidden)
+    hidden = jnp.asarray(np.random.default_rng(3).normal(size=(2, 7, 32)), jnp.float32)
+    moved = hidden.at[:, 4].add(1.0)  # change one position
+    for module, expected in ((heads.TokenHead(cfg, 5), (2, 7, 5)), (heads.RtdHead(cfg), (2, 7))):
+        params = module.init(jax.random.key(0), hidden)
+        out, out2 = module.apply(params, hidden), module.apply(params, moved)
         assert out.shape == expected
+        changed = np.any(np.abs(np.asarray(out2 - out)) > 1e-6,
+                         axis=tuple(range(2, len(expected))))
+        assert changed[:, 4].all() and not np.delete(changed, 4, axis=1).any()
     span = heads.SpanHead(cfg)
-    s, e = span.apply(span.init(jax.random.key(0), hidden), hidden)
+    params = span.init(jax.random.key(0), hidden)
+    (s, e), (s2, e2) = span.apply(params, hidden), span.apply(params, moved)
     assert s.shape == e.shape == (2, 7)
+    np.testing.assert_array_equal(np.delete(np.asarray(s2 - s), 4, axis=1), 0)
+    np.testing.assert_array_equal(np.delete(np.asarray(e2 - e), 4, axis=1), 0)
+    mask = jnp.array([[1, 1, 1, 1, 1, 0, 0], [1] * 7])
+    seq = heads.SequenceHead(cfg, 3, "mean")
+    params = seq.init(jax.random.key(0), hidden, mask)
+    shuffled = hidden.at[0, :5].set(hidden[0, jnp.array([3, 1, 4, 0, 2])])
+    np.testing.assert_allclose(seq.apply(params, shuffled, mask)[0],
+                               seq.apply(params, hidden, mask)[0], atol=1e-5)
+    assert seq.apply(params, hidden, mask).shape == (2, 3)
