@@ -54,20 +54,21 @@ def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None =
         raise CheckpointError(f"{mngr.directory}: no checkpoint")
     state_args = (ocp.args.StandardRestore(abstract_state) if abstract_state is not None
                   else ocp.args.StandardRestore())
-    failures = []
+    failures, failed_steps = [], []
     for s in steps:
         try:
             out = mngr.restore(s, args=ocp.args.Composite(
                 state=state_args, data=ocp.args.JsonRestore(), meta=ocp.args.JsonRestore()))
         except Exception as err:  # noqa: BLE001 - any failure: try the previous step
             failures.append(f"step {s}: {_one_line(err)}")
+            failed_steps.append(s)
             logging.warning("checkpoint step %d in %s does not restore (%s); trying the "
                             "previous one", s, mngr.directory, _one_line(err))
             print(f"warning: checkpoint step {s} in {mngr.directory} does not restore "
                   f"({_one_line(err)}); trying the previous one", flush=True)
             continue
-        if failures:
-            _set_aside(mngr, [int(f.split(":")[0].split()[1]) for f in failures])
+        if failed_steps:
+            _set_aside(mngr, failed_steps)
         return out["state"], out["data"], out["meta"], s
     raise CheckpointError(f"{mngr.directory}: no checkpoint restores (" + "; ".join(failures)
                           + "). If the configuration changed, the checkpoints belong to "

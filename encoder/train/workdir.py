@@ -12,6 +12,7 @@ workdir, before it writes anything there:
     checkpoints is refused with a short diff and nothing written; a changed
     mutable field is allowed and logged.
 """
+import contextlib
 import json
 import os
 import socket
@@ -116,27 +117,19 @@ def flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
-class claim:  # noqa: N801 - used as `with workdir.claim(...)`
-    """Lock the workdir (process 0), then check the restart's identity; releases at exit."""
-
-    def __init__(self, workdir: str, config, mutable, primary: bool = True):
-        self.workdir, self.config, self.mutable = workdir, config, mutable
-        self.lock = Lock(workdir) if primary else None
-
-    def __enter__(self):
-        os.makedirs(self.workdir, exist_ok=True)
-        if self.lock is not None:
-            self.lock.acquire()
-        try:
-            check_identity(self.workdir, self.config, self.mutable)
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        if self.lock is not None:
-            self.lock.release()
+@contextlib.contextmanager
+def claim(workdir: str, config, mutable, primary: bool = True):
+    """Locks the workdir (process 0 only), then checks the restart's identity; releases at exit."""
+    os.makedirs(workdir, exist_ok=True)
+    lock = Lock(workdir) if primary else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        check_identity(workdir, config, mutable)
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
 
 
 def _is_mutable(key: str, mutable) -> bool:
