@@ -9,8 +9,12 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # tests launch: many tests compile the same tiny model's functions (measured in
 # BUILD_NOTES.md, "Test suite time"). A fresh folder each session, so nothing stale.
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    import atexit
+    import shutil
     import tempfile
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="jax-cache-")
+    # Removed by the process that made it (the xdist controller, after its workers).
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], True)
     os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
