@@ -332,12 +332,10 @@ def _finetune(config, workdir: str, devices=None) -> dict:
             m, preds = score_split(run, eval_state, best_tree, run.splits[name])
             results[name] = m
             predictions += [{"split": name, "index": i, **p} for i, p in enumerate(preds)]
-    results["train/loss"] = last.get("train/loss")
     if primary:
-        metrics_io.write_json(os.path.join(workdir, "eval.json"),
-                              {k: v for k, v in results.items() if k != "train/loss"})
+        metrics_io.write_json(os.path.join(workdir, "eval.json"), results)
         with open(os.path.join(workdir, "predictions.jsonl"), "w") as f:
             for p in predictions:
                 f.write(json.dumps(p) + "\n")
     logging.info("fine-tuning done: %s", results)
-    return {k: v for k, v in results.items() if k != "train/loss"}
+    return results
