@@ -137,6 +137,7 @@ class Trainer:
         self.replicated = partitioning.replicated(mesh)
         self.initial_state, self.shardings = init_state(init_params, tx, mesh,
                                                         jax.random.key(seed))
+        self.abstract = store.abstract_like(self.initial_state, self.shardings)
         step = make_step(loss_fn, tx, prepare, grad_accum, nan_at_step)
         self.step_fn = jax.jit(step, in_shardings=(self.shardings, self.batch_sharding,
                                                    self.replicated),
@@ -153,7 +154,7 @@ class Trainer:
         return partitioning.shard_batch(batch, self.mesh)
 
     def abstract_state(self):
-        return store.abstract_like(self.initial_state, self.shardings)
+        return self.abstract
 
 
 @dataclasses.dataclass
@@ -166,9 +167,14 @@ class Restored:
 
 
 def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None) -> Restored:
-    """Own checkpoint (the newest that restores) > init(params, shardings) > scratch."""
-    state = trainer.initial_state
+    """Own checkpoint (the newest that restores) > init(params, shardings) > scratch.
+
+    The run takes the trainer's initial state (the first step donates it); a
+    restore frees it first, so parameters are never held twice.
+    """
+    state, trainer.initial_state = trainer.initial_state, None
     if mngr.latest_step() is not None:
+        del state
         state, data_state, meta, step = store.restore(mngr, trainer.abstract_state())
         return Restored(state, data_state, meta, step)
     if init is not None:
