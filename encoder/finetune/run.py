@@ -280,7 +280,7 @@ def _finetune(config, workdir: str, devices=None) -> dict:
     def end_of_epoch(state, step, last):
         epoch = step // run.steps_per_epoch
         train_loss = last.get("train/loss", math.nan)
-        row = {"epoch": epoch}
+        row = {"epoch": epoch, "train/loss": train_loss}  # the epoch row, as before issue 11
         score = -train_loss
         if "dev" in run.splits:
             m, _ = score_split(run, eval_state, state.params, run.splits["dev"])
@@ -291,8 +291,7 @@ def _finetune(config, workdir: str, devices=None) -> dict:
             if primary:
                 _save_best(run, run.effective(state.params), dict(best))
             row["best"] = True
-        print(json.dumps({"epoch": epoch, "step": step, "train/loss": train_loss,
-                          **{k: v for k, v in row.items() if k != "epoch"}}), flush=True)
+        print(json.dumps({"epoch": epoch, "step": step, **row}), flush=True)
         return row
 
     opts = trainer_lib.LoopOptions(

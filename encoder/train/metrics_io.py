@@ -70,6 +70,8 @@ def _row_step(line: str) -> int:
 
 
 def _scalar(v):
+    if isinstance(v, (bool, str)):
+        return v
     v = np.asarray(v)
     return float(v) if v.dtype.kind == "f" else int(v) if v.dtype.kind in "iub" else v.tolist()
 
