@@ -1,0 +1,163 @@
+"""Per-layer linear probes: where does a frozen encoder keep what a task needs?
+
+For every layer l = 0 (embeddings) .. L, the mean-pooled hidden states of the
+task's inputs (pairs encoded jointly, as fine-tuning reads them) are the
+features of a linear model fitted to convergence on the training split
+(logistic regression for classification, ridge for regression; features
+standardised on train), scored on dev. A control with shuffled training labels
+(Hewitt & Liang 2019's selectivity idea, simplified) says how much a probe of
+that size finds in any features. The result is a layer x task table (and a
+heatmap), the classic tool for comparing a pretrained encoder with the same
+architecture at random initialisation.
+
+    python -m encoder.eval.probe --init_from=WORKDIR|hf:DIR --tasks=DIR[,DIR...] --out=OUT \
+        [--random_init] [--max_train=2000]
+
+Each task folder holds train.jsonl and dev.jsonl (classification, or
+regression when every label is a number and task.json says {"type": "regression"}).
+"""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from encoder.checkpoints import sources
+from encoder.data import tasks as tasks_lib
+from encoder.model import models
+from encoder.model.encoder import Encoder, encoder_params
+
+
+def layer_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
+                   batch_size: int = 64) -> np.ndarray:
+    """[L+1, N, D] mean-pooled hidden states of every layer (embeddings first)."""
+    enc = Encoder(models.freeze(model_cfg))
+
+    @jax.jit
+    def pooled(p, ids, seg, mask):
+        _, aux = enc.apply({"params": p}, ids, seg, mask, return_all=True)
+        hs = jnp.stack(aux["hidden_states"])  # [L+1, B, T, D]
+        w = mask[None, :, :, None].astype(jnp.float32)
+        return (hs * w).sum(2) / jnp.maximum(w.sum(2), 1.0)
+
+    p = encoder_params(params)
+    out = []
+    for i in range(0, len(examples), batch_size):
+        chunk = list(examples[i:i + batch_size])
+        n = len(chunk)
+        chunk += [chunk[-1]] * (batch_size - n)  # one compiled shape
+        feats = [tokenizer.encode_example(ex.get("text", ex.get("text_a")), ex.get("text_b"),
+                                          max_len) for ex in chunk]
+        arr = {k: jnp.asarray(np.stack([f[k] for f in feats])) for k in feats[0]}
+        out.append(np.asarray(pooled(p, arr["input_ids"], arr["segment_ids"],
+                                     arr["attention_mask"]))[:, :n])
+    return np.concatenate(out, axis=1)
+
+
+def fit_and_score(x_train, y_train, x_dev, y_dev, kind: str = "classification") -> float:
+    """Dev accuracy (classification) or Pearson r (regression) of a converged linear probe."""
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.preprocessing import StandardScaler
+    scale = StandardScaler().fit(x_train)
+    a, b = scale.transform(x_train), scale.transform(x_dev)
+    if kind == "regression":
+        pred = Ridge(alpha=1.0).fit(a, y_train).predict(b)
+        return float(np.corrcoef(pred, y_dev)[0, 1])
+    return float(LogisticRegression(max_iter=5000).fit(a, y_train).score(b, y_dev))
+
+
+def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = "classification",
+               max_len: int = 128, seed: int = 0) -> dict:
+    """{'layers': [score per layer], 'control': [score with shuffled train labels]}."""
+    key = (lambda ex: float(ex["label"])) if kind == "regression" else (lambda ex: str(ex["label"]))
+    y_train = np.array([key(ex) for ex in train])
+    y_dev = np.array([key(ex) for ex in dev])
+    shuffled = np.random.default_rng(seed).permutation(y_train)
+    f_train = layer_features(model_cfg, params, tokenizer, train, max_len)
+    f_dev = layer_features(model_cfg, params, tokenizer, dev, max_len)
+    return {"layers": [fit_and_score(f_train[l], y_train, f_dev[l], y_dev, kind)
+                       for l in range(len(f_train))],
+            "control": [fit_and_score(f_train[l], shuffled, f_dev[l], y_dev, kind)
+                        for l in range(len(f_train))]}
+
+
+def read_task(folder: str, max_train: int = 0, seed: int = 0):
+    """(train, dev, kind) from a task folder; train subsampled to max_train (0: all)."""
+    kind = "classification"
+    meta = os.path.join(folder, "task.json")
+    if os.path.exists(meta):
+        with open(meta) as f:
+            kind = json.load(f).get("type", kind)
+    if kind not in ("classification", "regression"):
+        raise ValueError(f"{folder}: probes take classification or regression tasks, not {kind!r}")
+    train = tasks_lib.read_jsonl(os.path.join(folder, "train.jsonl"), kind)
+    dev = tasks_lib.read_jsonl(os.path.join(folder, "dev.jsonl"), kind)
+    for split, examples in (("train", train), ("dev", dev)):
+        missing = [ex["_where"] for ex in examples if "label" not in ex]
+        if missing:
+            raise tasks_lib.TaskDataError(f"{missing[0]}: no 'label' field ({split} needs one)")
+    if max_train and len(train) > max_train:
+        idx = np.random.default_rng(seed).choice(len(train), max_train, replace=False)
+        train = [train[i] for i in sorted(idx)]
+    return train, dev, kind
+
+
+def heatmap(table: dict, path: str) -> None:
+    """A layer x task heatmap of probe scores (rows: tasks, columns: layers)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = sorted(table)
+    grid = np.array([table[n]["layers"] for n in names])
+    fig, ax = plt.subplots(figsize=(1.2 + 0.8 * grid.shape[1], 0.8 + 0.5 * len(names)))
+    im = ax.imshow(grid, aspect="auto", cmap="viridis")
+    ax.set_xticks(range(grid.shape[1]), [f"{'emb' if l == 0 else l}" for l in
+                                         range(grid.shape[1])])
+    ax.set_yticks(range(len(names)), names)
+    for (r, c), v in np.ndenumerate(grid):
+        ax.text(c, r, f"{v:.2f}", ha="center", va="center", color="white", fontsize=8)
+    ax.set_xlabel("layer")
+    fig.colorbar(im, ax=ax)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv):
+    del argv
+    from absl import flags
+    f = flags.FLAGS
+    src = sources.load(f.init_from)
+    params = src.params
+    if f.random_init:  # the same architecture and tokenizer, fresh weights: the control
+        import flax.linen as nn
+        model = models.MaskedLM(models.freeze(src.model_cfg))
+        ids = jnp.ones((1, 8), jnp.int32)
+        params = nn.unbox(jax.jit(lambda r: model.init(
+            r, ids, ids * 0, ids, mlm_positions=jnp.zeros((1, 1), jnp.int32)))(
+                jax.random.key(f.seed)))["params"]
+    table = {}
+    for folder in f.tasks:
+        train, dev, kind = read_task(folder, f.max_train, f.seed)
+        name = os.path.basename(os.path.normpath(folder))
+        table[name] = probe_task(src.model_cfg, params, src.tokenizer, train, dev, kind,
+                                 f.max_len, f.seed)
+        print(f"{name}: layers {[round(x, 3) for x in table[name]['layers']]} "
+              f"(control {[round(x, 3) for x in table[name]['control']]})", flush=True)
+    os.makedirs(f.out, exist_ok=True)
+    from encoder.train import metrics_io
+    metrics_io.write_json(os.path.join(f.out, "probes.json"), table)
+    heatmap(table, os.path.join(f.out, "probes.png"))
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+    flags.DEFINE_string("init_from", None, "a workdir of this codebase or hf:DIR", required=True)
+    flags.DEFINE_list("tasks", None, "task folders (train.jsonl, dev.jsonl)", required=True)
+    flags.DEFINE_string("out", None, "where probes.json and probes.png go", required=True)
+    flags.DEFINE_bool("random_init", False, "probe the same architecture at random init")
+    flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)")
+    flags.DEFINE_integer("max_len", 128, "tokens per input")
+    flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
+    app.run(main)
