@@ -170,8 +170,8 @@ def launch(run: dict, root: str) -> subprocess.Popen | None:
     cmd = [sys.executable, "-m", "encoder.main",
            f"--config={os.path.join(os.path.dirname(__file__), 'json_config.py')}:{path}",
            f"--workdir={d}"]
-    log = open(os.path.join(d, "run.log"), "a")
-    return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    with open(os.path.join(d, "run.log"), "a") as log:  # the child keeps its own handle
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
 
 def finetune_run(run: dict, root: str) -> None:
@@ -184,7 +184,10 @@ def finetune_run(run: dict, root: str) -> None:
             f"--config.seed={run['seed']}"] + [f"--config.{kv}" for kv in FLAGS.finetune_set]
     record = os.path.join(out, "ablate_args.json")
     if os.path.exists(out):
-        old = json.load(open(record)) if os.path.exists(record) else None
+        old = None
+        if os.path.exists(record):
+            with open(record) as f:
+                old = json.load(f)
         if old == args and os.path.exists(os.path.join(out, "eval.json")):
             return  # finished with these very settings
         if old != args:  # other settings: keep it aside, never report it under these

@@ -26,6 +26,17 @@ def init_distributed(dist_cfg) -> None:
                                    dist_cfg.process_id)
 
 
+STOPPED_EXIT_CODE = 75  # EX_TEMPFAIL: stopped by a signal, checkpointed, not finished
+
+
+def _exit_if_stopped(result: dict) -> None:
+    """A run stopped by SIGTERM/Ctrl-C is not a finished run: say so in the exit code."""
+    if result.get("stopped"):
+        print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "
+              "again to resume", flush=True)
+        raise SystemExit(STOPPED_EXIT_CODE)
+
+
 def _run(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -36,7 +47,9 @@ def _run(argv):
     mode = config.get("mode", "pretrain")
     if mode == "finetune":
         from encoder.finetune import run
-        print(json.dumps(run.finetune(config, FLAGS.workdir), indent=1))
+        result = run.finetune(config, FLAGS.workdir)
+        _exit_if_stopped(result)
+        print(json.dumps(result, indent=1))
         return
     if mode in ("evaluate", "embed"):
         from encoder.eval import intrinsic
@@ -48,6 +61,7 @@ def _run(argv):
     from encoder.train import pretrain
     result = pretrain.train(config, FLAGS.workdir)
     logging.info("final: %s", result)
+    _exit_if_stopped(result)
     summary = {k: v for k, v in result.items() if k.startswith("eval/") or k in (
         "step", "train/loss", "parameters")}
     print(json.dumps(summary, indent=1))

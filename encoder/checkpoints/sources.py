@@ -77,7 +77,7 @@ def load(init_from: str) -> Pretrained:
     try:
         if mngr.latest_step() is None:
             raise FileNotFoundError(f"init_from={init_from!r}: no checkpoint in its workdir")
-        state, _, _, _ = store.restore(mngr)
+        state, _, _, _ = store.restore(mngr, set_aside=False)  # another run's workdir
     finally:
         mngr.close()
     return Pretrained(run.model, state["params"], _tokenizer_in(init_from, run), run)

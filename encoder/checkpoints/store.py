@@ -43,11 +43,14 @@ def _one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0][:200] if text else ''}"
 
 
-def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None = None):
+def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None = None,
+            set_aside: bool = True):
     """(state, data_state, meta, step) from `step`, else the newest step that restores.
 
     abstract_state None restores the saved tree as it is (numpy-backed), as
     an init source does. Raises CheckpointError naming every step tried.
+    set_aside: move the steps that failed out of the way (a run's own workdir
+    only; never another run's, which may still be training).
     """
     steps = [step] if step is not None else sorted(mngr.all_steps(), reverse=True)
     if not steps:
@@ -67,7 +70,7 @@ def restore(mngr: ocp.CheckpointManager, abstract_state=None, step: int | None =
             print(f"warning: checkpoint step {s} in {mngr.directory} does not restore "
                   f"({_one_line(err)}); trying the previous one", flush=True)
             continue
-        if failed_steps:
+        if failed_steps and set_aside:
             _set_aside(mngr, failed_steps)
         return out["state"], out["data"], out["meta"], s
     raise CheckpointError(f"{mngr.directory}: no checkpoint restores (" + "; ".join(failures)
@@ -96,12 +99,19 @@ def abstract_like(tree, shardings):
                         tree, shardings)
 
 
-def save_params(directory: str, params, model_cfg, extra: dict | None = None) -> None:
-    """A params-only checkpoint plus model_config.json (and extra JSON files by name)."""
+def save_params(directory: str, params, model_cfg, extra: dict | None = None,
+                primary: bool = True) -> None:
+    """A params-only checkpoint plus model_config.json (and extra JSON files by name).
+
+    params may be sharded global arrays; in a multi-process job every process
+    calls this (the orbax save is collective) and only `primary` writes the JSON.
+    """
     directory = os.path.abspath(directory)
     os.makedirs(directory, exist_ok=True)
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(os.path.join(directory, "params"), params, force=True)
+    if not primary:
+        return
     for name, value in (extra or {}).items():
         with open(os.path.join(directory, name), "w") as f:
             json.dump(value, f, indent=1)

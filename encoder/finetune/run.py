@@ -144,7 +144,10 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     model_cfg.dropout = model_cfg.attention_dropout = config.finetune.dropout
     models.validate_config(model_cfg, config.data.max_seq_len)
 
-    task = TASKS[config.task](config, src.tokenizer, labels=_read_labels(workdir))
+    # A resumed run keeps its label order (the head's rows); a failed attempt without a
+    # checkpoint does not bind the next one.
+    saved = _read_labels(workdir) if store.has_checkpoint(workdir) else None
+    task = TASKS[config.task](config, src.tokenizer, labels=saved)
     train_ex = task.read(config.data.train_file, "train")
     task.fit_labels(train_ex)
     splits = {"train": Split(train_ex, *task.featurize(train_ex))}
@@ -232,16 +235,43 @@ def score_split(run: FineTuning, fn, params, split: Split):
     return (m if run.task.has_gold(split.examples) else {}), preds
 
 
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
 def _save_best(run: FineTuning, params, row: dict) -> None:
-    """best/ written beside, then swapped in; best.json last (what resume reads)."""
-    wd = run.workdir
-    tmp, best = os.path.join(wd, "best.new"), os.path.join(wd, "best")
-    shutil.rmtree(tmp, ignore_errors=True)
+    """best/ written beside as best.new/, then swapped in; best.json last (what resume reads).
+
+    Every process takes part in the (collective) orbax save; process 0 alone moves
+    folders and writes JSON. A kill at any point leaves a complete best/ or best.new/
+    (`_recover_best`).
+    """
+    wd, primary = run.workdir, jax.process_index() == 0
+    new, best, old = (os.path.join(wd, n) for n in ("best.new", "best", "best.old"))
+    if primary:
+        shutil.rmtree(new, ignore_errors=True)
+    _barrier("best-clean")
     extra = {"labels.json": run.task.labels.names} if run.task.labels is not None else {}
-    store.save_params(tmp, jax.device_get(params), run.model_cfg, extra)
-    shutil.rmtree(best, ignore_errors=True)
-    os.replace(tmp, best)
-    metrics_io.write_json(os.path.join(wd, "best.json"), row)
+    store.save_params(new, params, run.model_cfg, extra if primary else None, primary=primary)
+    _barrier("best-saved")
+    if primary:
+        if os.path.exists(best):
+            os.replace(best, old)
+        os.replace(new, best)
+        shutil.rmtree(old, ignore_errors=True)
+        metrics_io.write_json(os.path.join(wd, "best.json"), row)
+    _barrier("best-swapped")
+
+
+def _recover_best(workdir: str) -> None:
+    """After a kill mid-swap: a complete best.new/ or best.old/ stands in for a missing best/."""
+    best = os.path.join(workdir, "best")
+    for name in ("best.new", "best.old"):
+        candidate = os.path.join(workdir, name)
+        if not os.path.exists(best) and store.is_params_folder(candidate):
+            os.replace(candidate, best)
 
 
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
@@ -274,24 +304,29 @@ def _finetune(config, workdir: str, devices=None) -> dict:
     best_path = os.path.join(workdir, "best.json")
     best = {"score": -math.inf}
     if restored is not None and os.path.exists(best_path):
+        if primary:
+            _recover_best(workdir)
         with open(best_path) as f:
             best = json.load(f)
+        best["score"] = -math.inf if best.get("score") is None else best["score"]
 
     def end_of_epoch(state, step, last):
         epoch = step // run.steps_per_epoch
         train_loss = last.get("train/loss", math.nan)
-        row = {"epoch": epoch, "train/loss": train_loss}  # the epoch row, as before issue 11
+        row = {"epoch": epoch}  # joins the step's training row: epoch, train/loss, dev/*, best
         score = -train_loss
         if "dev" in run.splits:
             m, _ = score_split(run, eval_state, state.params, run.splits["dev"])
             row.update({f"dev/{k}": v for k, v in m.items()})
             score = m.get(run.task.primary_metric, score)
-        if score > best["score"]:
+        score = score if math.isfinite(score) else -math.inf  # NaN (e.g. constant Pearson)
+        if score > best["score"] or "step" not in best:  # the first epoch always counts
             best.update(score=score, step=step, epoch=epoch)
-            if primary:
-                _save_best(run, run.effective(state.params), dict(best))
+            _save_best(run, run.effective(state.params),
+                       {**best, "score": score if math.isfinite(score) else None})
             row["best"] = True
-        print(json.dumps({"epoch": epoch, "step": step, **row}), flush=True)
+        print(json.dumps({"epoch": epoch, "step": step, "train/loss": train_loss,
+                          **{k: v for k, v in row.items() if k != "epoch"}}), flush=True)
         return row
 
     opts = trainer_lib.LoopOptions(

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from encoder.checkpoints import sources
+from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.objectives import objectives
 from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
@@ -26,6 +26,7 @@ from encoder.train.trainer import report
 
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
 MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval_batches",
+           "train.grad_accum_steps",  # the same global batch, cut into other micro-batches
            "train.checkpoint_every", "train.keep_checkpoints", "train.progress",
            "train.peak_flops", "train.debug_nan_at_step", "data.cache_dir", "mesh",
            "distributed", "model.attention_impl", "model.remat")
@@ -41,9 +42,6 @@ def validate(config, num_devices: int | None = None) -> None:
     if config.train.eval_every and config.train.eval_batches <= 0:
         raise ValueError(f"train.eval_batches must be positive when eval_every > 0, got "
                          f"{config.train.eval_batches}")
-    if config.init_from and not config.init_from.startswith("hf:") \
-            and not os.path.isdir(config.init_from):
-        raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +143,9 @@ def load_init_params(init_from: str, params, shardings):
 
 def train(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) pretraining; returns the last train and eval metrics."""
+    if config.init_from and not config.init_from.startswith("hf:") and not os.path.isdir(
+            config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
+        raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
         return _train(config, workdir, devices)
 

@@ -29,6 +29,7 @@ import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from absl import logging
 
@@ -194,8 +195,10 @@ def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
     mngr = store.manager(workdir, keep)
     start = restore_or_init(trainer, mngr, init)
     writer = metrics_io.MetricsWriter(workdir, enabled=primary)
+    # Rows past the restored step (or, with no checkpoint, any row of an attempt killed
+    # before its first one) are steps this run redoes.
+    writer.drop_after(start.step or 0)
     if start.step is not None:
-        writer.drop_after(start.step)
         report(f"resumed from {workdir} at step {start.step}")
     if primary:
         with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -231,10 +234,20 @@ class StopFlag:
     def __call__(self, signum, frame):
         if self.set and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: exit now
-        logging.warning("received signal %d: checkpointing and stopping", signum)
-        print(f"received signal {signum}: checkpointing at the next step, then stopping "
-              "(Ctrl-C again to exit at once)", flush=True)
-        self.set = True
+        self.set = True  # first: nothing below may stop the flag from being set
+        try:  # os.write: a signal landing mid-print must not re-enter the stdout buffer
+            os.write(2, f"received signal {signum}: checkpointing at the next step, then "
+                        "stopping (Ctrl-C again to exit at once)\n".encode())
+        except OSError:
+            pass
+
+    def agreed(self) -> bool:
+        """The flag as every process sees it (any process signalled); call at the same step
+        on all processes. One process alone would save a collective checkpoint and hang."""
+        if jax.process_count() == 1:
+            return self.set
+        from jax.experimental import multihost_utils
+        return bool(np.any(multihost_utils.process_allgather(np.array(self.set))))
 
     def __enter__(self):
         for s in self.SIGNALS:
@@ -263,21 +276,22 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
 
     batches: an iterator of this process's numpy batches with get_state().
     evaluate(state, step, last) -> metrics dict, called every opts.eval_every
-    steps and at the end (last: the latest logged training metrics); its rows
-    are written beside the training rows.
+    steps and at the end (last: the latest training metrics, this step's
+    included); its metrics join that step's row of metrics.jsonl.
     """
     base_key = jax.random.key(opts.seed)
     start = int(state.step)
     progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
     window: dict[str, float] = dict((restored_meta or {}).get("window", {}))
-    window_steps, window_t0 = int((restored_meta or {}).get("window_steps", 0)), time.time()
+    window_steps = int((restored_meta or {}).get("window_steps", 0))
+    timed_steps, window_t0 = 0, time.time()  # throughput counts only this process's steps
     pending: list = []  # (step, metrics on device) not yet read by the host
     last: dict = {}
     workdir = writer.workdir
 
     def absorb():
         """Reads pending metrics (the only host sync), checks them, adds them up."""
-        nonlocal window_steps
+        nonlocal window_steps, timed_steps
         for step_no, metrics in jax.device_get(pending):
             loss = float(metrics["loss"])
             if not math.isfinite(loss):
@@ -287,8 +301,25 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
             for k, v in metrics.items():
                 window[k] = window.get(k, 0.0) + float(v)
             window_steps += 1
+            timed_steps += 1
         pending.clear()
 
+    def train_row(step: int) -> dict:
+        nonlocal window_steps, timed_steps, window_t0
+        elapsed = max(time.time() - window_t0, 1e-9)
+        row = {f"train/{k}": v / window_steps for k, v in window.items()}
+        if opts.tokens_per_step:
+            row["train/tokens_per_s"] = timed_steps * opts.tokens_per_step / elapsed
+        if opts.learning_rate is not None:
+            row["train/learning_rate"] = float(opts.learning_rate(step))
+        if opts.flops_per_step and opts.peak_flops:
+            row["train/mfu"] = (timed_steps * opts.flops_per_step / elapsed
+                                / (opts.peak_flops * jax.device_count()))
+        window.clear()
+        window_steps, timed_steps, window_t0 = 0, 0, time.time()
+        return row
+
+    stopping = False
     with StopFlag() as stop:
         try:
             for step in range(start, opts.num_steps):
@@ -297,39 +328,29 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
                 step_no = step + 1
                 pending.append((step_no, metrics))
                 done = step_no == opts.num_steps
-                if step_no % opts.log_every == 0 or done or stop.set:
+                if jax.process_count() == 1 or step_no % opts.log_every == 0 or done:
+                    stopping = stop.agreed()  # at the same steps on every process
+                row = {}
+                if step_no % opts.log_every == 0 or done or stopping:
                     absorb()
-                    elapsed = max(time.time() - window_t0, 1e-9)
-                    row = {f"train/{k}": v / window_steps for k, v in window.items()}
-                    if opts.tokens_per_step:
-                        row["train/tokens_per_s"] = window_steps * opts.tokens_per_step / elapsed
-                    if opts.learning_rate is not None:
-                        row["train/learning_rate"] = float(opts.learning_rate(step))
-                    if opts.flops_per_step and opts.peak_flops:
-                        row["train/mfu"] = (window_steps * opts.flops_per_step / elapsed
-                                            / (opts.peak_flops * jax.device_count()))
-                    writer.write(step_no, row)
-                    report(f"step {step_no}: " + ", ".join(f"{k}={v:.4g}" for k, v in row.items()))
+                    row = train_row(step)
                     progress.update(step_no, row["train/loss"], row.get("train/tokens_per_s", 0))
-                    last.update(row)
-                    window.clear()
-                    window_steps, window_t0 = 0, time.time()
                 if evaluate is not None and opts.eval_every and (
                         step_no % opts.eval_every == 0 or done):
                     absorb()
-                    ev = evaluate(state, step_no, last)
-                    if ev:
-                        writer.write(step_no, ev)
-                        report(f"step {step_no} " + ", ".join(
-                            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                            for k, v in ev.items()))
-                        last.update(ev)
-                if step_no % opts.checkpoint_every == 0 or done or stop.set:
+                    row.update(evaluate(state, step_no, {**last, **row}) or {})
+                if row:  # one row per step: training and evaluation metrics together
+                    writer.write(step_no, row)
+                    report(f"step {step_no}: " + ", ".join(
+                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                        for k, v in row.items()))
+                    last.update(row)
+                if step_no % opts.checkpoint_every == 0 or done or stopping:
                     absorb()  # never save a state whose loss was not checked
                     store.save(mngr, step_no, state, batches.get_state(),
                                {"step": step_no, **(meta or {}), "window": dict(window),
                                 "window_steps": window_steps})
-                if stop.set:
+                if stopping:
                     logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
                     report(f"stopped by signal at step {step_no}; checkpoint saved in {workdir}")
                     break
@@ -337,5 +358,5 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
         finally:
             mngr.wait_until_finished()
             progress.close()
-    last["stopped"] = bool(stop.set) and int(state.step) < opts.num_steps
+    last["stopped"] = stopping and int(state.step) < opts.num_steps
     return state, last

@@ -34,22 +34,43 @@ class RunMismatch(ValueError):
     """A restart would mix two different runs in one workdir."""
 
 
-def _alive(pid: int) -> bool:
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), or None where unknown.
+
+    With the pid it names one process for good: a container restarted after a kill
+    often gets the same pid (even 1) again, but not the same start time.
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _holder_alive(owner: dict) -> bool:
+    pid = int(owner.get("pid", -1))
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        pass
+    started = owner.get("started")
+    return started is None or _start_time(pid) in (None, started)
 
 
 class Lock:
-    """WORKDIR/LOCK, created with O_EXCL; a context manager that releases it."""
+    """WORKDIR/LOCK, created with O_EXCL; a context manager that releases it.
+
+    A lock whose holder is gone (on this host) is renamed away, which only one
+    contender can do, and the creation retried; another host's lock is never
+    taken over (its holder's liveness cannot be checked from here).
+    """
 
     def __init__(self, workdir: str):
         self.path = os.path.join(workdir, LOCK)
-        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
+        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time(),
+                   "started": _start_time(os.getpid())}
         self.held = False
 
     def _owner(self) -> dict | None:
@@ -61,7 +82,7 @@ class Lock:
 
     def acquire(self) -> "Lock":
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        for _ in range(3):
+        for _ in range(5):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
             except FileExistsError:
@@ -70,23 +91,30 @@ class Lock:
                     time.sleep(0.2)
                     owner = self._owner()
                 if owner is not None and (owner.get("host") != self.me["host"]
-                                          or _alive(int(owner.get("pid", -1)))):
+                                          or _holder_alive(owner)):
                     since = time.strftime("%Y-%m-%d %H:%M:%S",
                                           time.localtime(owner.get("since", 0)))
                     raise WorkdirBusy(
                         f"{os.path.dirname(self.path)} is in use by pid {owner.get('pid')} on "
                         f"{owner.get('host')} (since {since}). Wait for it, stop it, or use "
                         f"another --workdir; if that process is gone, delete {self.path}.")
-                # A dead process's lock on this host: take it over, then check we won.
                 logging.warning("taking over the stale lock %s (owner %s)", self.path, owner)
-                tmp = f"{self.path}.{os.getpid()}"
-                with open(tmp, "w") as f:
-                    json.dump(self.me, f)
-                os.replace(tmp, self.path)
-                time.sleep(0.05)
-                if self._owner() == self.me:
-                    self.held = True
-                    return self
+                aside = f"{self.path}.stale.{os.getpid()}"
+                try:  # only one contender's rename succeeds; the others retry the create
+                    os.rename(self.path, aside)
+                except FileNotFoundError:
+                    continue
+                try:
+                    with open(aside) as f:
+                        moved = json.load(f)
+                except (OSError, ValueError):
+                    moved = None
+                if moved is not None and moved != owner:  # a fresh lock slipped in: put it back
+                    try:
+                        os.link(aside, self.path)
+                    except FileExistsError:
+                        pass
+                os.remove(aside)
                 continue
             with os.fdopen(fd, "w") as f:
                 json.dump(self.me, f)

@@ -53,7 +53,7 @@ def test_readme_finetuning_command_beats_the_majority_class(tmp_path):
     """The README's commands in order, pretraining shortened, fine-tuning exactly as written."""
     pre, tasks, ft = tmp_path / "tiny", tmp_path / "tasks", tmp_path / "ft_topic"
     _run("-m", "encoder.main", "--config=experiments/pretrain.py", f"--workdir={pre}",
-         "--config.train.num_steps=60", "--config.train.eval_every=60",
+         "--config.train.num_steps=30", "--config.train.eval_every=0",
          "--config.train.progress=false")
     _run("-m", "encoder.data.stdlib_tasks", "--out", str(tasks))
     out = _run("-m", "encoder.main",

@@ -167,3 +167,13 @@ def test_no_held_out_document_is_an_error_not_training_text(tiny_pretrained, tmp
     config.data.valid_fraction = 0.0
     with pytest.raises(ValueError, match="no held-out document to evaluate on"):
         pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices()[:1])
+
+
+def test_a_restarted_container_reusing_our_pid_does_not_lock_itself_out(tmp_path):
+    """Same host, same pid, another start time: the holder is gone (a restarted container)."""
+    import socket
+    (tmp_path / workdir_lib.LOCK).write_text(json.dumps(
+        {"host": socket.gethostname(), "pid": os.getpid(), "since": 0, "started": "1"}))
+    with workdir_lib.Lock(str(tmp_path)) as lock:
+        assert lock.held
+        assert json.loads((tmp_path / workdir_lib.LOCK).read_text())["started"] != "1"
