@@ -157,6 +157,9 @@ def _train(config, workdir: str, devices=None) -> dict:
     mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
                                                cfg.train.keep_checkpoints, init)
     state, data_state = start.state, start.data_state
+    if start.step is not None and start.step >= cfg.train.num_steps:
+        report(f"{workdir} already holds a finished run (step {start.step} of "
+               f"{cfg.train.num_steps}); raise train.num_steps to train further")
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
