@@ -23,7 +23,8 @@ import numpy as np
 from encoder.checkpoints import store
 from encoder.data import tokenizer as tokenizer_lib
 
-KINDS = ("pretraining", "finetuning", "params", "hf")
+KINDS = ("pretraining", "finetuning", "params", "hf", "scratch")  # scratch: fine-tuning
+# without init_from (encoder/finetune/run.py builds it)
 
 
 @dataclasses.dataclass

@@ -145,11 +145,10 @@ class Trainer:
                                out_shardings=(self.shardings, self.replicated),
                                donate_argnums=(0,))
 
-    def jit_eval(self, fn: Callable, params_in: bool = True):
-        """jit of fn(params, batch, rng) (or fn(batch, rng)) with the run's shardings."""
-        shards = (self.shardings.params,) if params_in else ()
-        return jax.jit(fn, in_shardings=(*shards, self.batch_sharding, self.replicated),
-                       out_shardings=self.replicated)
+    def jit_eval(self, fn: Callable):
+        """jit of fn(params, batch, rng) with the run's shardings."""
+        return jax.jit(fn, in_shardings=(self.shardings.params, self.batch_sharding,
+                                         self.replicated), out_shardings=self.replicated)
 
     def shard(self, batch: dict) -> dict:
         return partitioning.shard_batch(batch, self.mesh)
