@@ -53,6 +53,10 @@ class Tokenizer(abc.ABC):
         """Ids -> text; special tokens are dropped."""
 
     @abc.abstractmethod
+    def id_to_piece(self, i: int) -> str:
+        """The vocabulary entry of one id (special tokens by their strings)."""
+
+    @abc.abstractmethod
     def word_start_table(self) -> np.ndarray:
         """bool [V]: True where a piece begins a new word (special tokens too)."""
 
@@ -144,6 +148,9 @@ class SentencePieceTokenizer(Tokenizer):
     def decode(self, ids):
         return self.sp.decode([int(i) for i in ids if int(i) >= len(SPECIAL_TOKENS)])
 
+    def id_to_piece(self, i: int) -> str:
+        return self.sp.id_to_piece(int(i))
+
     def word_start_table(self) -> np.ndarray:
         pieces = [self.sp.id_to_piece(i) for i in range(self.vocab_size)]
         table = np.array([p.startswith("\u2581") for p in pieces])
@@ -203,21 +210,26 @@ def train_sentencepiece(texts: Iterable[str], model_prefix: str, vocab_size: int
     return model_prefix + ".model"
 
 
-class WordPieceTokenizer(Tokenizer):
-    """A HuggingFace BERT vocabulary (tokenizer.json or vocab.txt)."""
+class HFTokenizer(Tokenizer):
+    """A HuggingFace tokenizer folder (tokenizer.json, or a BERT vocab.txt).
+
+    The special tokens are found by role in tokenizer_config.json /
+    special_tokens_map.json (RoBERTa's <s> </s> <pad> <mask>, ModernBERT's,
+    DeBERTa's [CLS] ...), else by BERT's names.
+    """
 
     def __init__(self, folder: str):
-        from tokenizers import Tokenizer as HFTokenizer
+        from tokenizers import Tokenizer as FastTokenizer
         from tokenizers import decoders, normalizers, pre_tokenizers
         from tokenizers.models import WordPiece
         tj = os.path.join(folder, "tokenizer.json")
         if os.path.exists(tj):
-            tok = HFTokenizer.from_file(tj)
+            tok = FastTokenizer.from_file(tj)
         else:
             vocab = os.path.join(folder, "vocab.txt")
             if not os.path.exists(vocab):
                 raise FileNotFoundError(f"{folder}: expected tokenizer.json or vocab.txt")
-            tok = HFTokenizer(WordPiece.from_file(vocab, unk_token="[UNK]"))
+            tok = FastTokenizer(WordPiece.from_file(vocab, unk_token="[UNK]"))
             tok.normalizer = normalizers.BertNormalizer(lowercase=True)
             tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
             tok.decoder = decoders.WordPiece()
@@ -226,12 +238,13 @@ class WordPieceTokenizer(Tokenizer):
         tok.post_processor = None
         self.tok = tok
         self.folder = folder
-        ids = {t: tok.token_to_id(t) for t in SPECIAL_TOKENS}
-        missing = [t for t, i in ids.items() if i is None]
+        names = _special_token_names(folder)
+        ids = {role: tok.token_to_id(name) for role, name in names.items()}
+        missing = [names[r] for r, i in ids.items() if i is None]
         if missing:
             raise ValueError(f"{folder}: vocabulary lacks special tokens {missing}")
         self.pad_id, self.unk_id, self.cls_id, self.sep_id, self.mask_id = (
-            ids[t] for t in SPECIAL_TOKENS)
+            ids[r] for r in ("pad", "unk", "cls", "sep", "mask"))
 
     @property
     def vocab_size(self) -> int:
@@ -250,10 +263,23 @@ class WordPieceTokenizer(Tokenizer):
     def decode(self, ids):
         return self.tok.decode([int(i) for i in ids], skip_special_tokens=True)
 
+    def id_to_piece(self, i: int) -> str:
+        return self.tok.id_to_token(i)
+
     def word_start_table(self) -> np.ndarray:
+        """WordPiece marks continuations ('##'); Metaspace and byte-level BPE mark word
+        starts ('\u2581', '\u0120'), the rest of their pieces continue a word."""
+        vocab = self.tok.get_vocab()
+        model = type(self.tok.model).__name__
+        if model == "WordPiece":
+            starts = {i: not p.startswith("##") for p, i in vocab.items()}
+        else:
+            starts = {i: p.startswith(("\u2581", "\u0120")) for p, i in vocab.items()}
         table = np.ones(self.vocab_size, bool)
-        for piece, i in self.tok.get_vocab().items():
-            table[i] = not piece.startswith("##")
+        for i, start in starts.items():
+            if i < self.vocab_size:
+                table[i] = start
+        table[list(self.special_ids)] = True
         return table
 
     def fingerprint(self) -> str:
@@ -262,13 +288,40 @@ class WordPieceTokenizer(Tokenizer):
 
     def save(self, folder: str) -> str:
         """Writes folder/tokenizer.json; returns the path `load` takes (the folder)."""
+        import json
         os.makedirs(folder, exist_ok=True)
         self.tok.save(os.path.join(folder, "tokenizer.json"))
+        roles = {f"{r}_token": self.id_to_piece(getattr(self, f"{r}_id"))
+                 for r in ("pad", "unk", "cls", "sep", "mask")}
+        with open(os.path.join(folder, "special_tokens_map.json"), "w") as f:
+            json.dump(roles, f, indent=1, ensure_ascii=False)
         return folder
 
 
+WordPieceTokenizer = HFTokenizer  # the name before RoBERTa/ModernBERT folders imported
+
+
+def _special_token_names(folder: str) -> dict:
+    """role -> token string from the folder's tokenizer_config / special_tokens_map."""
+    import json
+    names = dict(zip(("pad", "unk", "cls", "sep", "mask"), SPECIAL_TOKENS))
+    for filename in ("special_tokens_map.json", "tokenizer_config.json"):
+        path = os.path.join(folder, filename)
+        if not os.path.exists(path):
+            continue
+        with open(path) as f:
+            found = json.load(f)
+        for role in names:
+            value = found.get(f"{role}_token")
+            if isinstance(value, dict):  # AddedToken as a dict
+                value = value.get("content")
+            if isinstance(value, str):
+                names[role] = value
+    return names
+
+
 def load(path: str) -> Tokenizer:
-    """A .model file -> sentencepiece; a folder -> WordPiece (HF checkpoint)."""
+    """A .model file -> sentencepiece; a folder -> a HuggingFace tokenizer."""
     if os.path.isdir(path):
-        return WordPieceTokenizer(path)
+        return HFTokenizer(path)
     return SentencePieceTokenizer(path)
