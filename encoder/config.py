@@ -43,6 +43,10 @@ def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
         rope_theta=10000.0,
         t5_num_buckets=32,
         t5_max_distance=128,
+        deberta_position_buckets=256,   # deberta: log buckets per direction (HF position_buckets);
+                                        # 0: none, offsets clipped at ±max_relative_positions
+        deberta_max_relative_positions=512,  # deberta: offset the log buckets reach (HF
+                                             # max_relative_positions; v3: 512)
         norm="post_ln",            # encoder.model.layers.NORM_PLACEMENTS
         activation="gelu",         # encoder.model.layers.ACTIVATIONS
         head_activation="gelu",
@@ -52,8 +56,13 @@ def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
         attention_dropout=0.1,
         local_window=0,            # 0: global attention everywhere
         global_every=1,            # with a window: layers 0, k, 2k... stay global; 0: none
+        local_rope_theta=0.0,      # RoPE theta of local-window layers; 0: rope_theta
+                                   # (ModernBERT: 1e4 local, 1.6e5 global)
+        first_attention_norm=True, # pre_ln only; False: layer 0's attention reads the normed
+                                   # embeddings directly, no second norm (ModernBERT)
         share_layers=False,        # ALBERT cross-layer sharing
         tie_embeddings=True,
+        mlm_transform_bias=True,   # the MLM transform (dense) has a bias: BERT yes, ModernBERT no
         initializer_range=0.02,
         dtype="float32",           # compute dtype; parameters stay float32
         attention_impl="auto",     # encoder.model.attention.ATTENTION_IMPLEMENTATIONS

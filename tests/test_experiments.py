@@ -19,6 +19,7 @@ EXPERIMENTS = [e for e in ALL if e not in DOWNSTREAM]
 PUBLISHED = {  # millions of parameters, as the papers report them
     "bert_base": 110, "roberta_base": 125, "electra_small": 14, "electra_base": 110,
     "albert_base": 12, "modernbert_base": 149, "mosaicbert_base": 137,
+    "deberta_v3_base": 184,  # 86M backbone + 98M embedding (He et al. 2023)
 }
 
 

@@ -6,7 +6,8 @@
   * a fine-tuning workdir: its best/ parameters (encoder + task head), its
     tokenizer and label names, so RTE can start from the MNLI model;
   * a params folder (model_config.json + params/, e.g. `hf_bert --out`);
-  * hf:DIR, a HuggingFace BERT-family folder with its WordPiece vocabulary.
+  * hf:DIR, a HuggingFace folder of any family in encoder/interop/families.py
+    (BERT, RoBERTa, ALBERT, ELECTRA, RoFormer, ModernBERT, DeBERTa-v2) with its tokenizer.
 
 `merge_params` copies the subtrees a source has into a freshly initialised
 model (shapes must match), which is how every job applies `init_from`.
@@ -57,9 +58,9 @@ def _tokenizer_in(folder: str, run_config=None):
 def load(init_from: str) -> Pretrained:
     """Resolves any source this codebase writes or imports; errors name what was expected."""
     if init_from.startswith("hf:"):
-        from encoder.interop import hf_bert
+        from encoder.interop import hf
         folder = init_from[3:]
-        cfg, params = hf_bert.load(folder)
+        cfg, params = hf.load(folder)
         return Pretrained(cfg, params, tokenizer_lib.load(folder), kind="hf")
     if not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r} does not exist: expected a workdir of "

@@ -18,7 +18,7 @@ from encoder import config as config_lib
 from encoder.checkpoints import sources
 from encoder.data import pipeline
 from encoder.eval import pseudo_perplexity
-from encoder.model import models
+from encoder.model import heads, models
 from encoder.model.encoder import encoder_params
 from encoder.objectives import objectives
 from encoder.train import metrics_io, pretrain
@@ -29,9 +29,9 @@ def embed_texts(model_cfg, params, tokenizer, texts, pooling="mean", max_len=128
     """[N, D] float32 unit vectors for texts (params: any model's or the encoder's)."""
     model = models.Embedder(models.freeze(model_cfg), pooling=pooling)
     variables = {"encoder": encoder_params(params)}
-    if pooling == "cls_tanh":
+    if pooling in heads.PARAMETRIC_POOLING:
         if "pooler" not in params:
-            raise ValueError("pooling=cls_tanh needs pooler parameters in the checkpoint")
+            raise ValueError(f"pooling={pooling} needs pooler parameters in the checkpoint")
         variables["head"] = params["pooler"]
     fn = jax.jit(lambda ids, seg, mask: model.apply({"params": variables}, ids, seg, mask)[0])
     out = []

@@ -46,7 +46,7 @@ class Layout:
     positions: str              # 'learned' | 'offset' (RoBERTa) | 'rotary' (RoFormer)
     projection: str | None      # the E -> D Linear's name (None: E must equal D)
     mlm: dict                   # {'dense', 'norm', 'bias', 'decoder'}: MLM head tensor names
-    sequence: dict | None       # {'dense', 'out'} of the sequence head; None: not representable
+    sequence: dict              # the sequence head: {'dense', 'out'} names and its 'pooling' rule
     albert: bool = False        # layers live in albert_layer_groups
     head_activation: str = ""   # fixed by the HF class ('' = config.hidden_act)
 
@@ -56,36 +56,30 @@ BERT_MLM = {"dense": "cls.predictions.transform.dense", "norm": "cls.predictions
 
 LAYOUTS = {
     "bert": Layout("bert", "learned", None, BERT_MLM,
-                   {"dense": "bert.pooler.dense", "out": "classifier"}),
+                   {"dense": "bert.pooler.dense", "out": "classifier", "pooling": "cls_tanh"}),
     "roberta": Layout("roberta", "offset", None,
                       {"dense": "lm_head.dense", "norm": "lm_head.layer_norm",
                        "bias": "lm_head.bias", "decoder": "lm_head.decoder"},
-                      {"dense": "classifier.dense", "out": "classifier.out_proj"},
+                      {"dense": "classifier.dense", "out": "classifier.out_proj",
+                       "pooling": "cls_tanh"},
                       head_activation="gelu"),
     "albert": Layout("albert", "learned", "albert.encoder.embedding_hidden_mapping_in",
                      {"dense": "predictions.dense", "norm": "predictions.LayerNorm",
                       "bias": "predictions.bias", "decoder": "predictions.decoder"},
-                     {"dense": "albert.pooler", "out": "classifier"}, albert=True),
+                     {"dense": "albert.pooler", "out": "classifier", "pooling": "cls_tanh"},
+                     albert=True),
     # ElectraForMaskedLM is the generator; its head's activation is always GELU.
     "electra": Layout("electra", "learned", "electra.embeddings_project",
                       {"dense": "generator_predictions.dense",
                        "norm": "generator_predictions.LayerNorm",
                        "bias": "generator_lm_head.bias", "decoder": "generator_lm_head"},
-                      None, head_activation="gelu"),
-    "roformer": Layout("roformer", "rotary", "roformer.embeddings_project", BERT_MLM, None),
+                      {"dense": "classifier.dense", "out": "classifier.out_proj",
+                       "pooling": "cls_gelu"}, head_activation="gelu"),
+    # RoFormer's classification head applies config.hidden_act: cls_gelu when that is GELU.
+    "roformer": Layout("roformer", "rotary", "roformer.embeddings_project", BERT_MLM,
+                       {"dense": "classifier.dense", "out": "classifier.out_proj",
+                        "pooling": "cls_gelu"}),
 }
-
-# Why a sequence head cannot export to a family (the nearest that can is named).
-SEQUENCE_REFUSALS = {
-    "electra": "ELECTRA's classification head is dense -> GELU -> out_proj, which none of our "
-               "pooling rules computes; export the model as --family=bert (same encoder when "
-               "embedding_size equals hidden_size) with pooling=cls_tanh",
-    "roformer": "RoFormer's classification head is dense -> hidden_act -> out_proj, which none "
-                "of our pooling rules computes; no other HF family has rotary positions with "
-                "post-LN, so fine-tuned RoFormer classifiers do not export (token and span "
-                "heads do)",
-}
-
 
 def _prefix(name: str, layout: Layout) -> str:
     return f"{layout.prefix}.{name}"
@@ -183,7 +177,10 @@ def mlm_head_to_hf(head: dict, cfg, layout: Layout) -> dict:
     return out
 
 
-def heads_to_hf(params: dict, cfg, layout: Layout, kind: str) -> dict:
+POOLING_FORMULAS = {"cls_tanh": "tanh(W h_[CLS] + b)", "cls_gelu": "gelu(W h_[CLS] + b)"}
+
+
+def heads_to_hf(params: dict, cfg, layout: Layout, kind: str, pooling: str = "") -> dict:
     """The tensors of one head kind (params: the model's whole tree)."""
     if kind == "base":
         return F.linear_to_hf(params["pooler"]["dense"], _prefix("pooler.dense", layout)) \
@@ -196,12 +193,17 @@ def heads_to_hf(params: dict, cfg, layout: Layout, kind: str) -> dict:
                 **F.linear_to_hf(head["out"], "discriminator_predictions.dense_prediction")}
     head = params["head"]
     if kind == "sequence":
-        if "pooler" not in head:
+        want = layout.sequence["pooling"]
+        if pooling != want or "pooler" not in head:
             raise Unrepresentable(
-                f"a {layout.prefix} sequence classifier pools with tanh(W h_[CLS] + b) (BERT's "
-                "pooler); this model pools without parameters. Fine-tune with pooling=cls_tanh "
-                "to export it, or export its encoder alone (--format=sentence-transformers keeps "
-                "any pooling rule)")
+                f"{layout.prefix}'s sequence classifier pools with {POOLING_FORMULAS[want]} "
+                f"(pooling={want}); this model was fine-tuned with pooling={pooling or '?'}. "
+                f"Fine-tune with pooling={want} to export it as {layout.prefix} (cls_tanh: bert, "
+                "roberta, albert; cls_gelu: electra, roformer), or export its encoder with "
+                "--format=sentence-transformers, which keeps any pooling rule")
+        if want == "cls_gelu" and cfg.activation != "gelu":
+            raise Unrepresentable(f"{layout.prefix}'s classification head applies hidden_act "
+                                  f"({cfg.activation}), not GELU")
         return {**F.linear_to_hf(head["pooler"]["dense"], layout.sequence["dense"]),
                 **F.linear_to_hf(head["classifier"], layout.sequence["out"])}
     if kind == "token":
@@ -209,23 +211,6 @@ def heads_to_hf(params: dict, cfg, layout: Layout, kind: str) -> dict:
     if kind == "span":
         return F.linear_to_hf(head["span"], "qa_outputs")
     raise ValueError(f"unknown head kind {kind!r}; known: {F.HEAD_KINDS}")
-
-
-def check_exportable(cfg, name: str, kind: str = "mlm", pooling: str = "") -> None:
-    """Raises Unrepresentable when `name`'s HF classes cannot compute cfg exactly."""
-    layout = LAYOUTS[name]
-    why = mismatch(cfg, name)
-    if why:
-        raise Unrepresentable(f"{name} cannot represent this model: {why}")
-    if kind == "sequence":
-        if layout.sequence is None:
-            raise Unrepresentable(SEQUENCE_REFUSALS[name])
-        if pooling and pooling != "cls_tanh":
-            raise Unrepresentable(
-                f"{name}'s sequence classifier pools with tanh(W h_[CLS] + b) (pooling=cls_tanh); "
-                f"this model was fine-tuned with pooling={pooling}. Fine-tune with "
-                "pooling=cls_tanh to export it, or use --format=sentence-transformers for the "
-                "encoder with its pooling rule")
 
 
 def mismatch(cfg, name: str) -> str:
@@ -258,8 +243,10 @@ def mismatch(cfg, name: str) -> str:
                 "projection (ALBERT and ELECTRA do)")
     if cfg.share_layers and not layout.albert:
         return "share_layers=True: only ALBERT shares its layers (--family=albert)"
-    if cfg.get("first_attention_norm", True) is False or cfg.get("local_rope_theta", 0.0):
-        return "ModernBERT-only options are set (first_attention_norm / local_rope_theta)"
+    if (cfg.get("first_attention_norm", True) is False or cfg.get("local_rope_theta", 0.0)
+            or cfg.get("mlm_transform_bias", True) is False):
+        return ("ModernBERT-only options are set (first_attention_norm / local_rope_theta / "
+                "mlm_transform_bias)")
     return ""
 
 
@@ -288,14 +275,13 @@ def config_to_hf(cfg, name: str, pad_id: int = 0) -> dict:
     return hf
 
 
-def params_to_hf(params: dict, cfg, name: str, kind: str, pad_id: int = 0) -> dict:
+def params_to_hf(params: dict, cfg, name: str, kind: str, pad_id: int = 0,
+                 pooling: str = "") -> dict:
     """Our params (encoder + the head of `kind`) -> HF tensors."""
     from encoder.model.encoder import encoder_params
     layout = LAYOUTS[name]
-    if kind == "sequence" and layout.sequence is None:
-        raise Unrepresentable(SEQUENCE_REFUSALS[name])
     out = encoder_to_hf(encoder_params(params), cfg, layout, pad_id)
-    out.update(heads_to_hf(params, cfg, layout, kind))
+    out.update(heads_to_hf(params, cfg, layout, kind, pooling))
     return out
 
 
@@ -385,14 +371,14 @@ class _Tensors(dict):
 def config_from_hf(hf: dict, name: str) -> tuple:
     """HF config dict -> (our model config, pad id). Refuses what we cannot compute."""
     layout = LAYOUTS[name]
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise Unrepresentable(f"position_embedding_type={hf['position_embedding_type']!r} is "
+                              "not supported; only 'absolute' checkpoints import")
     needed = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
               "intermediate_size")
     missing = [k for k in needed if k not in hf]
     if missing:
         raise ValueError(f"config.json lacks {missing}: not a {name} config")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise Unrepresentable(f"position_embedding_type={hf['position_embedding_type']!r} is "
-                              "not supported; only 'absolute' checkpoints import")
     act = hf.get("hidden_act", "gelu")
     if act not in ACT_FROM_HF:
         raise Unrepresentable(f"hidden_act {act!r} not supported; known: {sorted(ACT_FROM_HF)}")
@@ -454,7 +440,7 @@ def _family(name: str, architectures: dict) -> F.Family:
         config_to_hf=lambda cfg, info: config_to_hf(cfg, name, info.get("pad_id", 0)),
         params_from_hf=params_from,
         params_to_hf=lambda params, cfg, kind, info: params_to_hf(
-            params, cfg, name, kind, info.get("pad_id", 0)),
+            params, cfg, name, kind, info.get("pad_id", 0), info.get("pooling", "")),
         mismatch=lambda cfg: mismatch(cfg, name))
 
 
@@ -468,5 +454,6 @@ def _classes(stem: str, kinds: tuple) -> dict:
 BERT = _family("bert", _classes("Bert", ("base", "mlm", "sequence", "token", "span")))
 ROBERTA = _family("roberta", _classes("Roberta", ("base", "mlm", "sequence", "token", "span")))
 ALBERT = _family("albert", _classes("Albert", ("base", "mlm", "sequence", "token", "span")))
-ELECTRA = _family("electra", _classes("Electra", ("base", "mlm", "rtd", "token", "span")))
-ROFORMER = _family("roformer", _classes("RoFormer", ("base", "mlm", "token", "span")))
+ELECTRA = _family("electra", _classes("Electra", ("base", "mlm", "rtd", "sequence", "token",
+                                                  "span")))
+ROFORMER = _family("roformer", _classes("RoFormer", ("base", "mlm", "sequence", "token", "span")))

@@ -43,7 +43,7 @@ class Family:
     # hf config dict -> our model ConfigDict (raise Unrepresentable on what we lack)
     config_from_hf: Callable
     # (our model ConfigDict, info) -> hf config dict; info = {'pad_id', 'unk_id', 'cls_id',
-    # 'sep_id', 'mask_id', 'kind', 'labels', ...}; model_type, architectures and the
+    # 'sep_id', 'mask_id', 'kind', 'labels', 'pooling' (the run's rule)}; model_type, architectures and the
     # special-token ids are added by the caller (hf.write_folder). Raise Unrepresentable
     # naming the nearest supported combination.
     config_to_hf: Callable

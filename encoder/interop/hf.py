@@ -145,7 +145,8 @@ def hf_config(fam, cfg, kind: str, info: dict, labels=None, problem_type: str = 
 
 
 def write_folder(out: str, family: str, cfg, params, kind: str = "mlm", tokenizer=None,
-                 labels=None, problem_type: str = "", max_length: int = 512) -> dict:
+                 labels=None, problem_type: str = "", max_length: int = 512,
+                 pooling: str = "") -> dict:
     """Writes out/config.json, out/model.safetensors and (given one) the tokenizer.
 
     Returns the config dict written. Raises Unrepresentable before writing anything
@@ -155,7 +156,7 @@ def write_folder(out: str, family: str, cfg, params, kind: str = "mlm", tokenize
     fam = families_lib.FAMILIES.get(family)
     if fam is None:
         raise Unrepresentable(f"unknown family {family!r}; known: {sorted(families_lib.FAMILIES)}")
-    info = {**token_info(tokenizer), "kind": kind, "labels": labels}
+    info = {**token_info(tokenizer), "kind": kind, "labels": labels, "pooling": pooling}
     hf = hf_config(fam, cfg, kind, info, labels, problem_type)
     tensors = fam.params_to_hf(params, cfg, kind, info)
     os.makedirs(out, exist_ok=True)

@@ -102,20 +102,35 @@ class SelfAttention(nn.Module):
     cfg: Any  # model config
 
     @nn.compact
-    def __call__(self, x, positions, bias=None, mask=None, deterministic=True):
+    def __call__(self, x, positions, bias=None, mask=None, deterministic=True,
+                 rope_theta=None, relative=None):
+        """rope_theta: this layer's RoPE base (ModernBERT's local layers use their own).
+
+        relative: DeBERTa's (table [2S, D], index [B, T, T]) from the Encoder's
+        DisentangledPositions, or None.
+        """
         cfg = self.cfg
         dtype = jnp.dtype(cfg.dtype)
         heads, head_dim = cfg.num_heads, cfg.hidden_size // cfg.num_heads
         init = nn.initializers.normal(cfg.initializer_range)
-        qkv = nn.DenseGeneral(
+        qkv_proj = nn.DenseGeneral(
             features=(3, heads, head_dim), use_bias=cfg.use_bias, dtype=dtype,
             kernel_init=nn.with_logical_partitioning(init, ("embed", None, "heads", "kv")),
             bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None, "heads", "kv")),
-            name="qkv")(x)  # [B, T, 3, H, K]
+            name="qkv")
+        qkv = qkv_proj(x)  # [B, T, 3, H, K]
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, T, H, K]
         if positions_lib.POSITIONS[cfg.position].rotary:
-            q = positions_lib.apply_rope(q, positions, cfg.rope_theta)
-            k = positions_lib.apply_rope(k, positions, cfg.rope_theta)
+            theta = rope_theta or cfg.rope_theta
+            q = positions_lib.apply_rope(q, positions, theta)
+            k = positions_lib.apply_rope(k, positions, theta)
+        if relative is not None:
+            # DeBERTa (He et al. 2021 §3.1): the shared relative embeddings go through this
+            # layer's own query/key projections (v2's share_att_key), dropped out per layer.
+            table, index = relative  # [2S, D], [B, T, T]
+            table = nn.Dropout(cfg.dropout, name="relative_dropout")(table, deterministic)
+            pos = qkv_proj(table)  # [2S, 3, H, K]
+            q, bias = positions_lib.disentangled_attention(q, k, pos[:, 0], pos[:, 1], index, bias)
 
         use_dropout = cfg.attention_dropout > 0 and not deterministic
         if cfg.attention_impl == "reference" or use_dropout:

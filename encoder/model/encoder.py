@@ -70,6 +70,20 @@ def layer_is_global(cfg, index: int) -> bool:
     return cfg.global_every > 0 and index % cfg.global_every == 0
 
 
+def layer_rope_theta(cfg, index: int) -> float:
+    """ModernBERT rotates local-window layers with their own base (1e4 vs 1.6e5 global).
+
+    .get: configs saved before local_rope_theta existed keep one theta.
+    """
+    local = cfg.get("local_rope_theta", 0.0)
+    return float(cfg.rope_theta if layer_is_global(cfg, index) or not local else local)
+
+
+def layer_has_attention_norm(cfg, index: int) -> bool:
+    """ModernBERT's layer 0 has no attention norm (its input is the normed embeddings)."""
+    return index > 0 or cfg.get("first_attention_norm", True)
+
+
 REMAT_POLICIES = ("none", "full", "dots")
 
 
@@ -79,7 +93,8 @@ def _block_class(cfg):
     if cfg.remat == "none":
         return layers.Block
     policy = None if cfg.remat == "full" else jax.checkpoint_policies.checkpoint_dots
-    return nn.remat(layers.Block, policy=policy, static_argnums=(5,))
+    # deterministic, rope_theta, attention_norm (self is argument 0) are static
+    return nn.remat(layers.Block, policy=policy, static_argnums=(5, 6, 7))
 
 
 class Encoder(nn.Module):
@@ -104,6 +119,8 @@ class Encoder(nn.Module):
         scheme = positions_lib.POSITIONS[cfg.position]
         if scheme.bias is not None:
             self.position_bias = scheme.bias(cfg)
+        if scheme.disentangled is not None:  # DeBERTa: one relative table for all layers
+            self.relative_positions = scheme.disentangled(cfg)
         block = _block_class(cfg)
         if cfg.share_layers:
             self.shared_block = block(cfg)
@@ -125,6 +142,8 @@ class Encoder(nn.Module):
         if (cfg.embedding_size or cfg.hidden_size) != cfg.hidden_size:
             x = self.embed_projection(x)  # [B, T, D]
         bias = self.position_bias(positions) if positions_lib.POSITIONS[cfg.position].bias else None
+        relative = (self.relative_positions(positions)  # ([2S, D], [B, T, T])
+                    if positions_lib.POSITIONS[cfg.position].disentangled else None)
         global_mask = attention_lib.make_mask(attention_mask, document_ids)
         local_mask = (attention_lib.make_mask(attention_mask, document_ids, cfg.local_window, length)
                       if cfg.local_window else None)
@@ -133,7 +152,8 @@ class Encoder(nn.Module):
         for i in range(cfg.num_layers):
             block = self.shared_block if cfg.share_layers else self.blocks[i]
             mask = global_mask if layer_is_global(cfg, i) else local_mask
-            x = block(x, positions, bias, mask, deterministic)
+            x = block(x, positions, bias, mask, deterministic, layer_rope_theta(cfg, i),
+                      layer_has_attention_norm(cfg, i), relative)
             hidden_states.append(x)
         if layers.NORM_PLACEMENTS[cfg.norm].final_norm:
             x = self.final_norm(x)

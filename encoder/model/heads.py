@@ -3,7 +3,8 @@
   * MlmHead: dense + GELU + LayerNorm transform, then vocabulary logits tied to
     the token-embedding table (Devlin et al. 2019 §A.1), only at the gathered
     masked positions;
-  * POOLING: `cls`, `cls_tanh` (BERT's pooler), `mean`, `max` (both over real
+  * POOLING: `cls`, `cls_tanh` (BERT's pooler), `cls_gelu` (ELECTRA's and RoFormer's
+    classification heads), `mean`, `max` (both over real
     tokens only);
   * SequenceHead (classification / regression on the pooled vector),
     TokenHead (per-token labels), SpanHead (start/end logits) with
@@ -44,7 +45,9 @@ class MlmHead(nn.Module):
         if positions is not None:
             hidden = gather_positions(hidden, positions)  # [B, P, D]
         width = cfg.embedding_size or cfg.hidden_size
-        h = _dense(width, cfg, ("embed", "embed_factor"), "transform")(hidden)
+        # BERT's transform has a bias; ModernBERT's only with classifier_bias.
+        h = _dense(width, cfg, ("embed", "embed_factor"), "transform",
+                   use_bias=cfg.get("mlm_transform_bias", True))(hidden)
         h = layers.ACTIVATIONS[cfg.head_activation].fn(h)
         h = layers.layer_norm(cfg, "transform_norm")(h)  # [B, P, E]
         if cfg.tie_embeddings:
@@ -87,16 +90,22 @@ class Pooler(nn.Module):
 
     @nn.compact
     def __call__(self, hidden, attention_mask=None):
-        if self.rule == "cls_tanh":
-            # BERT's pooler: tanh(W c + b) on the [CLS] vector.
-            return jnp.tanh(_dense(self.cfg.hidden_size, self.cfg, ("embed", "embed_out"),
-                                   "dense")(hidden[:, 0])).astype(jnp.float32)
+        if self.rule in PARAMETRIC_POOLING:
+            # BERT's pooler: tanh(W c + b) on the [CLS] vector; ELECTRA's and RoFormer's
+            # classification heads: gelu(W c + b).
+            act = PARAMETRIC_POOLING[self.rule]
+            return act(_dense(self.cfg.hidden_size, self.cfg, ("embed", "embed_out"),
+                              "dense")(hidden[:, 0])).astype(jnp.float32)
         return POOLING[self.rule](hidden, attention_mask)
+
+
+PARAMETRIC_POOLING: dict[str, Callable] = {"cls_tanh": jnp.tanh, "cls_gelu": layers.gelu_exact}
 
 
 POOLING: dict[str, Callable | None] = {
     "cls": pool_cls,
     "cls_tanh": None,  # has parameters: built inside Pooler
+    "cls_gelu": None,  # has parameters: built inside Pooler
     "mean": pool_mean,
     "max": pool_max,
 }

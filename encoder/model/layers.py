@@ -104,7 +104,12 @@ class Block(nn.Module):
     cfg: Any  # model config
 
     @nn.compact
-    def __call__(self, x, positions, bias, mask, deterministic=True):
+    def __call__(self, x, positions, bias, mask, deterministic=True, rope_theta=None,
+                 attention_norm=True, relative=None):
+        """rope_theta: this layer's RoPE base (None: cfg.rope_theta); attention_norm=False
+        drops the attention sub-layer's norm (ModernBERT's layer 0, whose input is
+        already the normed embeddings). Both are static: they pick the layer's shape.
+        relative: DeBERTa's shared (table [2S, D], index [B, T, T]), or None."""
         cfg = self.cfg
         residual = NORM_PLACEMENTS[cfg.norm].residual
         drop = nn.Dropout(cfg.dropout)
@@ -112,11 +117,13 @@ class Block(nn.Module):
         mlp = Mlp(cfg, name="mlp")
 
         def attention_sublayer(h):
-            return drop(attn(h, positions, bias, mask, deterministic), deterministic)
+            return drop(attn(h, positions, bias, mask, deterministic, rope_theta, relative),
+                        deterministic)
 
         def mlp_sublayer(h):
             return drop(mlp(h), deterministic)
 
-        x = residual(x, attention_sublayer, layer_norm(cfg, "attention_norm"))
+        attn_norm = layer_norm(cfg, "attention_norm") if attention_norm else (lambda h: h)
+        x = residual(x, attention_sublayer, attn_norm)
         x = residual(x, mlp_sublayer, layer_norm(cfg, "mlp_norm"))
         return x  # [B, T, D]

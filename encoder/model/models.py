@@ -49,10 +49,30 @@ def validate_config(cfg, seq_len: int | None = None) -> None:
                          f"got {cfg.embedding_size}")
     if cfg.local_window < 0 or cfg.local_window % 2:
         raise ValueError(f"local_window must be 0 or a positive even width, got {cfg.local_window}")
+    if cfg.get("local_rope_theta", 0.0) < 0:
+        raise ValueError(f"local_rope_theta must be 0 (same as rope_theta) or positive, got "
+                         f"{cfg.local_rope_theta}")
+    if not cfg.get("first_attention_norm", True) and cfg.norm != "pre_ln":
+        # Under post_ln the norm is the residual stream's only normalisation: dropping it
+        # is not ModernBERT's "the input is already normed" shortcut.
+        raise ValueError(f"first_attention_norm=False needs norm='pre_ln', got {cfg.norm!r}")
     if seq_len is not None and positions.POSITIONS[cfg.position].absolute is not None:
         if seq_len > cfg.max_position:
             raise ValueError(f"seq_len {seq_len} is longer than the {cfg.max_position} "
                              f"{cfg.position} positions (model.max_position)")
+    if cfg.position == "deberta":
+        _validate_deberta(cfg)
+
+
+def _validate_deberta(cfg) -> None:
+    """The log buckets need mid = buckets // 2 >= 1 and max_relative_positions - 1 > mid."""
+    buckets, reach = cfg.deberta_position_buckets, cfg.deberta_max_relative_positions
+    if buckets < 0 or buckets == 1:
+        raise ValueError(f"deberta_position_buckets must be 0 (no bucketing) or >= 2, "
+                         f"got {buckets}")
+    if reach < 1 or (buckets and reach - 1 <= buckets // 2):
+        raise ValueError(f"deberta_max_relative_positions must be positive and, with buckets, "
+                         f"> deberta_position_buckets // 2 + 1; got {reach} with {buckets} buckets")
 
 
 def validate_pooling(name: str) -> None:

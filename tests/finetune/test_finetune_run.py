@@ -17,13 +17,7 @@ from encoder.finetune.task import TaskDataError
 from encoder.finetune.tasks import TASKS
 from encoder.train import metrics_io
 from experiments import finetune as finetune_exp
-from helpers import ROOT
-
-
-def _write(path, rows):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+from helpers import ROOT, topic_config, topic_task, write_jsonl as _write
 
 
 @pytest.mark.parametrize("task,mode", [("classification", "full"), ("regression", "frozen"),
@@ -70,29 +64,6 @@ def test_finetune_end_to_end_writes_eval_and_predictions(tiny_pretrained, tmp_pa
         np.testing.assert_array_equal(best["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"],
                                       before["blocks_0"]["mlp"]["wi"]["kernel"])
 
-
-
-def topic_task(folder, n_train=64, n_dev=16, seed=0):
-    """A two-class topic task a tiny model learns in a few steps; returns the folder."""
-    rng = np.random.default_rng(seed)
-    words = ["file", "socket", "thread", "path", "string", "number"]
-    rows = []
-    for _ in range(n_train + n_dev):
-        w = [str(words[j]) for j in rng.integers(0, 6, size=5)]
-        rows.append({"text": " ".join(w), "label": "io" if "file" in w else "other"})
-    os.makedirs(folder, exist_ok=True)
-    _write(os.path.join(folder, "train.jsonl"), rows[:n_train])
-    _write(os.path.join(folder, "dev.jsonl"), rows[n_train:])
-    return str(folder)
-
-
-def topic_config(source, task_dir, **train):
-    config = finetune_exp.get_config("task=classification,runlocal")
-    config.init_from = source
-    config.data.train_file = os.path.join(task_dir, "train.jsonl")
-    config.data.dev_file = os.path.join(task_dir, "dev.jsonl")
-    config.train.update(train)
-    return config
 
 
 def _train_losses(workdir):

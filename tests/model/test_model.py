@@ -9,7 +9,7 @@ from encoder import config as config_lib
 from encoder.model import attention, models, positions
 from helpers import count, init_masked_lm, random_ids
 
-SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "none"]
+SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "deberta", "none"]
 
 
 @pytest.mark.parametrize("position", SCHEMES)
@@ -268,7 +268,7 @@ def test_return_all_hidden_states(tiny_cfg):
 
 @pytest.mark.parametrize("change,message", [
     (dict(hidden_size=30), "not divisible by num_heads"),
-    (dict(position="rotary"), "valid names: alibi, learned, none, rope, sinusoidal, t5_bias"),
+    (dict(position="rotary"), "valid names: alibi, deberta, learned, none, rope, sinusoidal, t5_bias"),
     (dict(activation="swish"), "valid names"),
     (dict(norm="sandwich"), "post_ln, pre_ln"),
 ])

@@ -1,0 +1,213 @@
+"""Export a workdir of this codebase as a HuggingFace model folder.
+
+    python -m encoder.interop.export --workdir=DIR --out=HF_DIR \
+        [--format=transformers|sentence-transformers] [--family=bert|roberta|...]
+
+DIR is anything `init_from` takes (a pretraining or fine-tuning workdir, a
+params folder, hf:DIR). What is written follows from what DIR holds:
+  * an MLM pretraining run -> `*ForMaskedLM` (AutoModelForMaskedLM, fill-mask);
+  * an RTD (ELECTRA) run -> `ElectraForPreTraining` (the discriminator) in HF_DIR
+    and the generator as `ElectraForMaskedLM` in HF_DIR/generator;
+  * a fine-tuned classifier / regressor / tagger / QA model ->
+    `*ForSequenceClassification` / `*ForTokenClassification` /
+    `*ForQuestionAnswering`, with its label names;
+  * --format=sentence-transformers -> the encoder plus sentence-transformers'
+    modules (pooling rule, normalisation), so `SentenceTransformer(HF_DIR)`
+    returns this codebase's embeddings.
+The family is the HF architecture that computes the model exactly (chosen
+when --family is not given); a model no family represents is refused with the
+reason for each family, before anything is written. The tokenizer is written
+as tokenizer.json for AutoTokenizer.
+"""
+import json
+import os
+import shutil
+
+import numpy as np
+
+from encoder.checkpoints import sources
+from encoder.interop import hf
+from encoder.interop.family import Unrepresentable
+from encoder.model.encoder import encoder_params
+
+FORMATS = ("transformers", "sentence-transformers")
+TASK_KINDS = {"classification": "sequence", "regression": "sequence", "tagging": "token",
+              "qa": "span", "contrastive": "base"}
+ST_POOLING = {"cls": "pooling_mode_cls_token", "cls_tanh": "pooling_mode_cls_token",
+              "cls_gelu": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
+              "max": "pooling_mode_max_tokens"}
+ST_DENSE_ACTIVATION = {"cls_tanh": "torch.nn.modules.activation.Tanh",
+                       "cls_gelu": "torch.nn.modules.activation.GELU"}
+
+
+def head_kind(p: sources.Pretrained, fmt: str) -> str:
+    """What HF head the source's parameters make: see the module docstring."""
+    if fmt == "sentence-transformers":
+        return "base"
+    if p.kind == "finetuning":
+        return TASK_KINDS.get(p.task, "base")
+    if "rtd_head" in p.params and "generator" in p.params:
+        return "rtd"
+    return "mlm" if "mlm_head" in p.params else "base"
+
+
+def pooling_of(p: sources.Pretrained) -> str:
+    run = p.run_config
+    return run.get("pooling", "cls") if run is not None else "cls"
+
+
+def max_length(p: sources.Pretrained) -> int:
+    run = p.run_config
+    if run is not None and "data" in run:
+        length = run.data.get("max_seq_len") or run.data.get("seq_len")
+        if length:
+            return int(length)
+    return int(p.model_cfg.max_position)
+
+
+def _discriminator(params) -> dict:
+    return {"encoder": encoder_params(params), "rtd_head": params["rtd_head"]}
+
+
+def _generator(params) -> dict:
+    return {"encoder": {**params["generator"], "embed": params["embeddings"]},
+            "mlm_head": params["generator_head"]}
+
+
+def _generator_cfg(p: sources.Pretrained):
+    from encoder.objectives import objectives
+    e = p.run_config.electra
+    return objectives.generator_config(p.model_cfg, e.generator_fraction, e.generator_layers)
+
+
+def _pooler_dense(params) -> dict:
+    for tree in (params.get("pooler"), params.get("head", {}).get("pooler"),
+                 params.get("pair", {}).get("pooler")):
+        if tree is not None and "dense" in tree:
+            return tree["dense"]
+    raise Unrepresentable("a parametric pooling rule (cls_tanh, cls_gelu) needs its pooler "
+                          "(W, b) in the checkpoint, and this one has none")
+
+
+def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int) -> None:
+    """sentence-transformers' modules: Transformer -> Pooling (-> Dense tanh) -> Normalize.
+
+    Our embed job and Embedder L2-normalise the pooled vector, so Normalize is
+    always last; cls_tanh / cls_gelu (a [CLS] pooler with parameters) are written as a
+    Dense module with Tanh / GELU.
+    """
+    from safetensors.numpy import save_file
+    if pooling not in ST_POOLING:
+        raise Unrepresentable(f"pooling={pooling} has no sentence-transformers Pooling mode; "
+                              f"supported: {sorted(ST_POOLING)}")
+    modules = [("sentence_transformers.models.Transformer", "")]
+    pool = {"word_embedding_dimension": cfg.hidden_size, "pooling_mode_cls_token": False,
+            "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+            "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+            "pooling_mode_lasttoken": False, "include_prompt": True}
+    pool[ST_POOLING[pooling]] = True
+    _write_json(os.path.join(out, "1_Pooling", "config.json"), pool)
+    modules.append(("sentence_transformers.models.Pooling", "1_Pooling"))
+    if pooling in ST_DENSE_ACTIVATION:
+        dense = _pooler_dense(params)
+        folder = os.path.join(out, "2_Dense")
+        _write_json(os.path.join(folder, "config.json"), {
+            "in_features": cfg.hidden_size, "out_features": cfg.hidden_size, "bias": True,
+            "activation_function": ST_DENSE_ACTIVATION[pooling]})
+        save_file({"linear.weight": np.ascontiguousarray(np.asarray(dense["kernel"]).T),
+                   "linear.bias": np.ascontiguousarray(dense["bias"])},
+                  os.path.join(folder, "model.safetensors"))
+        modules.append(("sentence_transformers.models.Dense", "2_Dense"))
+    modules.append(("sentence_transformers.models.Normalize", f"{len(modules)}_Normalize"))
+    os.makedirs(os.path.join(out, modules[-1][1]), exist_ok=True)
+    _write_json(os.path.join(out, "modules.json"), [
+        {"idx": i, "name": str(i), "path": path, "type": kind}
+        for i, (kind, path) in enumerate(modules)])
+    _write_json(os.path.join(out, "sentence_bert_config.json"),
+                {"max_seq_length": length, "do_lower_case": False})
+    _write_json(os.path.join(out, "config_sentence_transformers.json"),
+                {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None})
+
+
+def _write_json(path: str, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f, indent=1)
+
+
+def _model_card(out: str, source: str, p: sources.Pretrained, family: str, kind: str,
+                cls_name: str) -> None:
+    cfg = p.model_cfg
+    lines = [f"# {os.path.basename(os.path.abspath(source))}", "",
+             f"Exported from `{source}` ({p.kind} source) by `python -m encoder.interop.export`.",
+             "", f"- architecture: `{cls_name}` (family `{family}`, head `{kind}`)",
+             f"- layers {cfg.num_layers}, width {cfg.hidden_size}, heads {cfg.num_heads}, "
+             f"FFN {cfg.intermediate_size}, vocabulary {cfg.vocab_size}",
+             f"- positions `{cfg.position}`, norm `{cfg.norm}`, activation `{cfg.activation}`"]
+    if p.labels:
+        lines.append(f"- labels: {', '.join(map(str, p.labels))}")
+    lines += ["", "```python", "from transformers import AutoModel, AutoTokenizer",
+              "tok = AutoTokenizer.from_pretrained(PATH)", "```", ""]
+    with open(os.path.join(out, "README.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+def export(source: str, out: str, fmt: str = "transformers", family: str = "") -> dict:
+    """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders'}."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format={fmt!r}; valid: {', '.join(FORMATS)}")
+    p = sources.load(source)
+    kind = head_kind(p, fmt)
+    cfg = p.model_cfg
+    params = p.params
+    if kind == "rtd":
+        params = _discriminator(p.params)
+    family = family or hf.choose_family(cfg, kind)
+    labels = p.labels if kind in ("sequence", "token") else None
+    problem = {"classification": "single_label_classification",
+               "regression": "regression"}.get(p.task, "") if kind == "sequence" else ""
+    if p.task == "regression":
+        labels = ["score"]  # one output: num_labels 1, as HF regression heads have
+    length = max_length(p)
+    pooling = pooling_of(p)
+    if fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
+        _pooler_dense(params)  # refuse before writing anything
+    tmp = out.rstrip("/") + ".partial"
+    shutil.rmtree(tmp, ignore_errors=True)
+    written = hf.write_folder(tmp, family, cfg, params, kind, p.tokenizer, labels, problem, length,
+                              pooling)
+    folders = [out]
+    if kind == "rtd":
+        hf.write_folder(os.path.join(tmp, "generator"), family, _generator_cfg(p),
+                        _generator(p.params), "mlm", p.tokenizer, max_length=length)
+        folders.append(os.path.join(out, "generator"))
+    if fmt == "sentence-transformers":
+        write_sentence_transformers(tmp, params, cfg, pooling, length)
+    _model_card(tmp, source, p, family, kind, written["architectures"][0])
+    shutil.rmtree(out, ignore_errors=True)
+    os.replace(tmp, out)  # a folder at `out` is always complete
+    return {"family": family, "kind": kind, "architecture": written["architectures"][0],
+            "folders": folders}
+
+
+def main(argv):
+    del argv
+    from absl import flags
+    f = flags.FLAGS
+    try:
+        result = export(f.workdir, f.out, f.format, f.family)
+    except (Unrepresentable, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"export: {e}") from None
+    print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
+          f"(family {result['family']}, head {result['kind']})")
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+    flags.DEFINE_string("workdir", None, "a workdir of this codebase, a params folder or hf:DIR",
+                        required=True)
+    flags.DEFINE_string("out", None, "the HuggingFace folder to write", required=True)
+    flags.DEFINE_enum("format", "transformers", FORMATS, "what to write")
+    flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
+                        "modernbert, deberta); empty: the one that computes the model exactly")
+    app.run(main)

@@ -1,0 +1,343 @@
+"""HuggingFace both ways for the BERT-layout families (BERT, RoBERTa, ALBERT, ELECTRA,
+RoFormer): import parity against transformers' PyTorch forward, export parity after
+from_pretrained, export -> import identity, the tokenizer, fine-tuned heads,
+sentence-transformers, and refusals."""
+import json
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import numpy as np
+import pytest
+import torch
+import transformers as T
+
+from encoder import config as config_lib
+from encoder.checkpoints import sources
+from encoder.interop import export as export_lib
+from encoder.interop import hf, hf_tokenizer
+from encoder.interop.family import Unrepresentable
+from encoder.model import models
+from helpers import ROOT, topic_config, topic_task
+
+SMALL = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+             intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+             attention_probs_dropout_prob=0.0)
+# name -> (HF config class, HF MLM class, extra config fields)
+CASES = {
+    "bert": (T.BertConfig, T.BertForMaskedLM, {}),
+    "roberta": (T.RobertaConfig, T.RobertaForMaskedLM, {"pad_token_id": 1}),
+    "albert_shared": (T.AlbertConfig, T.AlbertForMaskedLM, {"embedding_size": 16,
+                                                            "hidden_act": "gelu_new"}),
+    "albert_per_layer": (T.AlbertConfig, T.AlbertForMaskedLM, {"embedding_size": 16,
+                                                               "num_hidden_groups": 2}),
+    "electra_generator": (T.ElectraConfig, T.ElectraForMaskedLM, {"embedding_size": 16}),
+    "roformer": (T.RoFormerConfig, T.RoFormerForMaskedLM, {"embedding_size": 32}),
+}
+
+
+def _batch(pad_id=0):
+    """A padded batch with a sentence pair: ids [3, 12], segments, mask."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(5, 101, (3, 12)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, 5:] = 0
+    ids = np.where(mask == 1, ids, pad_id)
+    seg = np.zeros_like(ids)
+    seg[0, 6:] = 1
+    return ids, seg, mask
+
+
+def _torch_forward(model, ids, seg, mask):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(seg),
+                    attention_mask=torch.tensor(mask), output_hidden_states=True)
+    return out.hidden_states[-1].numpy(), out.logits.numpy()
+
+
+def _ours(cfg, params, ids, seg, mask):
+    model = models.MaskedLM(models.freeze(cfg))
+    out, aux = model.apply({"params": params}, ids.astype(np.int32), seg.astype(np.int32),
+                           mask.astype(np.int32))
+    return np.asarray(aux["encoded"]), np.asarray(out["mlm_logits"])
+
+
+def _randomize(model):
+    """Every weight random (LayerNorm scales and biases too), so parity tests every
+    tensor; RoFormer's sinusoidal table is a buffer-like weight and stays."""
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "embed_positions" not in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.1 + (1.0 if name.endswith(
+                    ("LayerNorm.weight", "layer_norm.weight", "full_layer_layer_norm.weight"))
+                    else 0.0))
+    return model.eval()
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hf_model_imports_with_hidden_state_and_logit_parity(case, tmp_path):
+    config_cls, model_cls, extra = CASES[case]
+    torch.manual_seed(0)
+    model = _randomize(model_cls(config_cls(**{**SMALL, **extra})))
+    model.save_pretrained(tmp_path)
+    cfg, params = hf.load(str(tmp_path))
+    ids, seg, mask = _batch(extra.get("pad_token_id", 0))
+    ref_hidden, ref_logits = _torch_forward(model, ids, seg, mask)
+    hidden, logits = _ours(cfg, params, ids, seg, mask)
+    real = mask.astype(bool)
+    print(f"{case}: hidden {np.abs(hidden - ref_hidden)[real].max():.1e}, "
+          f"logits {np.abs(logits - ref_logits)[real].max():.1e}")
+    assert np.abs(hidden - ref_hidden)[real].max() <= 1e-4
+    assert np.abs(logits - ref_logits)[real].max() <= 1e-4
+    assert cfg.share_layers == (case == "albert_shared")
+
+
+def _our_model_cfg(**over):
+    cfg = config_lib.model_config("tiny")
+    cfg.update(vocab_size=101, hidden_size=32, num_heads=4, intermediate_size=64, max_position=64,
+               dropout=0.0, attention_dropout=0.0)
+    cfg.update(over)
+    return cfg
+
+
+def _perturbed_params(cfg, seed=0):
+    """Our MaskedLM's initial parameters with noise on every leaf (no LayerNorm at 1/0)."""
+    ids = np.ones((1, 8), np.int32)
+    params = nn.unbox(models.MaskedLM(models.freeze(cfg)).init(
+        jax.random.key(seed), ids, ids * 0, ids)["params"])
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda x: np.asarray(x) + rng.normal(0, 0.05, x.shape).astype(np.float32),
+                        params)
+
+
+OUR_CASES = {
+    "bert": {}, "roberta": {}, "roformer": {"position": "rope"},
+    "albert": {"embedding_size": 16, "share_layers": True},
+    "electra": {"embedding_size": 16},
+}
+
+
+@pytest.mark.parametrize("family", sorted(OUR_CASES))
+def test_our_model_exports_loads_with_from_pretrained_and_imports_back_identically(
+        family, tmp_path):
+    cfg = _our_model_cfg(**OUR_CASES[family])
+    params = _perturbed_params(cfg)
+    written = hf.write_folder(str(tmp_path), family, cfg, params, "mlm")
+    model, info = T.AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched tensor
+    assert type(model).__name__ == written["architectures"][0]
+    ids, seg, mask = _batch()
+    _, ref_logits = _torch_forward(model.eval(), ids, seg, mask)
+    _, logits = _ours(cfg, params, ids, seg, mask)
+    diff = np.abs(logits - ref_logits)[mask.astype(bool)].max()
+    print(f"{family}: exported logits max diff {diff:.1e}")
+    assert diff <= 1e-4
+    cfg2, params2 = hf.load(str(tmp_path))
+    assert jax.tree.structure(params2) == jax.tree.structure(params)
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params2),
+                                                    jax.tree.leaves(params)))
+    for key in ("position", "embedding_size", "share_layers", "num_layers", "type_vocab_size"):
+        assert cfg2[key] == cfg[key], key
+
+
+def test_a_model_no_family_computes_is_refused_with_every_reason(tmp_path):
+    cfg = _our_model_cfg(position="alibi")
+    with pytest.raises(Unrepresentable) as err:
+        hf.choose_family(cfg, "mlm")
+    assert "bert: position=alibi" in str(err.value) and "roformer" in str(err.value)
+    with pytest.raises(Unrepresentable, match="nearest family: roformer"):
+        hf.write_folder(str(tmp_path / "x"), "bert", _our_model_cfg(position="rope"),
+                        _perturbed_params(_our_model_cfg(position="rope")))
+    assert not (tmp_path / "x").exists()  # refused before writing anything
+    assert hf.choose_family(_our_model_cfg(position="rope")) == "roformer"
+    assert hf.choose_family(_our_model_cfg(embedding_size=16, share_layers=True)) == "albert"
+
+
+VARIED = ["Hello   world ", "  leading and trailing  ", "tabs\tand\nnewlines",
+          "ünïcödé façade — “quotes” 日本語 😀 ½ ﬁ", "ＦＵＬＬ ｗｉｄｔｈ", "a\u00a0b",
+          "supercalifragilisticexpialidocious antidisestablishmentarianism",
+          "def f(x): return x**2  # comment", "x" * 300, "", "Ⅻ ㎏ ǅ"]
+
+
+def _texts(n=300):
+    from encoder.data import corpus
+    lines = [line.strip() for doc in corpus.stdlib_documents()[::7]
+             for line in doc.splitlines()[:3] if line.strip() and "[" not in line]
+    return VARIED + lines[:n - len(VARIED)]
+
+
+def _same_or_tied(tok, ours: list, theirs: list) -> bool:
+    """Equal ids, or two segmentations of the same text with the same unigram score:
+    sentencepiece and HF's Unigram break exact ties (a run of one repeated
+    character: 'x'+'xxxx' vs 'xxxx'+'x') in different orders."""
+    if ours == theirs:
+        return True
+    score = lambda ids: sum(tok.sp.get_score(i) for i in ids)  # noqa: E731
+    return tok.decode(ours) == tok.decode(theirs) and abs(score(ours) - score(theirs)) < 1e-3
+
+
+def test_autotokenizer_gives_this_codebases_ids_singles_and_pairs(tiny_pretrained, tmp_path):
+    tok = sources.load(tiny_pretrained).tokenizer
+    hf_tokenizer.write(tok, str(tmp_path), 512)
+    auto = T.AutoTokenizer.from_pretrained(tmp_path)
+    texts = _texts()
+    assert len(texts) >= 250
+    ties = 0
+    for a, b in zip(texts, texts[1:] + texts[:1]):
+        b = b or "pair"  # an empty text_pair is no pair to transformers
+        single = auto(a, add_special_tokens=False)["input_ids"]
+        assert _same_or_tied(tok, tok.encode(a), single), a
+        ties += single != tok.encode(a)
+        ours = tok.encode_example(a, b, max_len=2048)
+        n = int(ours["attention_mask"].sum())
+        theirs = auto(a, b)
+        assert _same_or_tied(tok, ours["input_ids"][:n].tolist(), theirs["input_ids"]), (a, b)
+        assert len(theirs["input_ids"]) == n
+        assert theirs["token_type_ids"] == ours["segment_ids"][:n].tolist()
+    print(f"{len(texts)} texts, {ties} tied segmentations ordered differently")
+    assert ties <= len(texts) // 20  # rare: runs of one repeated character
+    # the special tokens by role, as the fill-mask pipeline and Trainer need them
+    assert (auto.mask_token_id, auto.pad_token_id, auto.cls_token_id, auto.sep_token_id) == (
+        tok.mask_id, tok.pad_id, tok.cls_id, tok.sep_id)
+    assert auto("a [MASK] b")["input_ids"].count(tok.mask_id) == 1
+
+
+def test_rtd_workdir_exports_discriminator_and_generator(tmp_path):
+    from encoder.train import pretrain
+    from experiments import pretrain as pretrain_exp
+    work = str(tmp_path / "rtd")
+    config = pretrain_exp.get_config("objective=rtd,position=learned,runlocal")
+    config.train.update(dict(num_steps=2, eval_every=0, checkpoint_every=2))
+    pretrain.train(config, work, devices=jax.devices()[:1])
+    out = tmp_path / "hf"
+    result = export_lib.export(work, str(out))
+    assert result["architecture"] == "ElectraForPreTraining"
+    p = sources.load(work)
+    disc = T.AutoModelForPreTraining.from_pretrained(out).eval()
+    gen = T.AutoModelForMaskedLM.from_pretrained(out / "generator").eval()
+    assert type(gen).__name__ == "ElectraForMaskedLM"
+    ids, seg, mask = _batch()
+    ids = np.minimum(ids, p.model_cfg.vocab_size - 1)
+    model = config_lib and models.Electra(models.freeze(p.model_cfg),
+                                          models.freeze(export_lib._generator_cfg(p)))
+    args = [a.astype(np.int32) for a in (ids, seg, mask)]
+    rtd, _ = model.apply({"params": p.params}, *args, None, None, method=models.Electra.discriminate)
+    gen_logits = model.apply({"params": p.params}, *args, None, None, None,
+                             method=models.Electra.generate)
+    with torch.no_grad():
+        t = dict(input_ids=torch.tensor(ids), token_type_ids=torch.tensor(seg),
+                 attention_mask=torch.tensor(mask))
+        ref_rtd, ref_gen = disc(**t).logits.numpy(), gen(**t).logits.numpy()
+    real = mask.astype(bool)
+    assert np.abs(np.asarray(rtd) - ref_rtd)[real].max() <= 1e-4
+    assert np.abs(np.asarray(gen_logits) - ref_gen)[real].max() <= 1e-4
+
+
+def _finetune(source, folder, pooling):
+    from encoder.finetune import run
+    tasks = topic_task(folder / "task")
+    config = topic_config(source, tasks, num_epochs=1)
+    config.pooling = pooling
+    run.finetune(config, str(folder / "work"), devices=jax.devices()[:1])
+    return str(folder / "work"), tasks
+
+
+@pytest.fixture(scope="module")
+def finetuned(tiny_pretrained, tmp_path_factory):
+    """The main job's recipe (RoPE) fine-tuned with RoFormer's classification head."""
+    return _finetune(tiny_pretrained, tmp_path_factory.mktemp("ft"), "cls_gelu")
+
+
+@pytest.fixture(scope="module")
+def finetuned_bert(tmp_path_factory):
+    """Learned positions, fine-tuned with BERT's pooler (pooling=cls_tanh)."""
+    from encoder.train import pretrain
+    from experiments import pretrain as pretrain_exp
+    d = tmp_path_factory.mktemp("ftb")
+    config = pretrain_exp.get_config("position=learned,runlocal")
+    config.train.update(dict(num_steps=2, eval_every=0, checkpoint_every=2))
+    pretrain.train(config, str(d / "pre"), devices=jax.devices()[:1])
+    return _finetune(str(d / "pre"), d, "cls_tanh")
+
+
+def _dev_predictions_agree(work, tasks, out):
+    model = T.AutoModelForSequenceClassification.from_pretrained(out).eval()
+    auto = T.AutoTokenizer.from_pretrained(out)
+    dev = [json.loads(line) for line in open(os.path.join(tasks, "dev.jsonl"))]
+    ours = [json.loads(line) for line in open(os.path.join(work, "predictions.jsonl"))]
+    enc = auto([r["text"] for r in dev], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        pred = model(**enc).logits.argmax(-1).tolist()
+    assert [model.config.id2label[i] for i in pred] == [
+        r["label"] for r in ours if r["split"] == "dev"]
+    assert set(model.config.label2id) == {"io", "other"}
+    return type(model).__name__
+
+
+def test_finetuned_classifiers_export_with_the_same_dev_predictions(finetuned, finetuned_bert,
+                                                                    tmp_path):
+    work, tasks = finetuned
+    export_lib.export(work, str(tmp_path / "rf"))
+    assert _dev_predictions_agree(work, tasks, tmp_path / "rf") == \
+        "RoFormerForSequenceClassification"
+    work, tasks = finetuned_bert
+    for family, cls in (("bert", "BertForSequenceClassification"),
+                        ("roberta", "RobertaForSequenceClassification")):
+        export_lib.export(work, str(tmp_path / family), family=family)
+        assert _dev_predictions_agree(work, tasks, tmp_path / family) == cls
+    # BERT's head is tanh(W h + b): a cls_tanh model is not a RoFormer/ELECTRA classifier
+    with pytest.raises(Unrepresentable, match="pooling=cls_gelu"):
+        export_lib.export(work, str(tmp_path / "el"), family="electra")
+
+
+def test_a_classifier_without_a_head_the_family_has_is_refused(tiny_pretrained, tmp_path):
+    work, _ = _finetune(tiny_pretrained, tmp_path, "mean")
+    with pytest.raises(Unrepresentable, match="Fine-tune with pooling=cls_gelu"):
+        export_lib.export(work, str(tmp_path / "hf"))
+    assert not (tmp_path / "hf").exists()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls_gelu"])
+def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooling):
+    from sentence_transformers import SentenceTransformer
+    from encoder.eval import intrinsic
+    import shutil
+    work = str(tmp_path / "work")
+    shutil.copytree(finetuned[0], work)  # the module's workdir stays as it is
+    p = sources.load(work)
+    p.run_config.pooling = pooling
+    with open(os.path.join(work, "config.json"), "w") as f:  # the run's pooling rule
+        f.write(p.run_config.to_json())
+    export_lib.export(work, str(tmp_path / "st"), fmt="sentence-transformers")
+    st = SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    texts = _texts(40)[1:]
+    theirs = st.encode(texts, convert_to_numpy=True, batch_size=8)
+    params = dict(p.params)
+    if pooling == "cls_gelu":
+        params["pooler"] = p.params["head"]["pooler"]
+    ours = intrinsic.embed_texts(p.model_cfg, params, p.tokenizer, texts, pooling,
+                                  max_len=export_lib.max_length(p))
+    cos = np.sum(theirs * ours, -1) / np.linalg.norm(theirs, axis=-1) / np.linalg.norm(ours, axis=-1)
+    print(f"{pooling}: min cosine {cos.min():.7f}")
+    assert cos.min() >= 0.9999
+
+
+def test_cli_exports_the_main_jobs_model_as_roformer(tiny_pretrained, tmp_path):
+    out = tmp_path / "hf"
+    proc = subprocess.run([sys.executable, "-m", "encoder.interop.export",
+                           f"--workdir={tiny_pretrained}", f"--out={out}"], cwd=ROOT,
+                          capture_output=True, text=True, env={**os.environ, "XLA_FLAGS": ""})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "RoFormerForMaskedLM (family roformer, head mlm)" in proc.stdout
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+            "README.md"} <= set(os.listdir(out))
+    bad = subprocess.run([sys.executable, "-m", "encoder.interop.export",
+                          f"--workdir={tiny_pretrained}", f"--out={tmp_path / 'b'}",
+                          "--family=bert"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "XLA_FLAGS": ""})
+    assert bad.returncode != 0 and "export: bert cannot represent this model" in bad.stderr
+    assert "Traceback" not in bad.stderr
