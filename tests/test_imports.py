@@ -19,6 +19,7 @@ RANKS = {  # lowest first: a module may import only from layers below it
     "encoder.eval.metrics": 2, "encoder.eval.pseudo_perplexity": 2,  # pure metric functions
     "encoder.objectives": 3, "encoder.checkpoints.store": 3,
     "encoder.interop": 4,                        # HF readers: tensors <-> parameter trees
+    "encoder.interop.export": 9,                 # the export CLI: starts from any source
     "encoder.checkpoints": 5,                    # sources.py: the door every job starts from
     "encoder.train": 6,
     "encoder.finetune": 7,
