@@ -24,7 +24,9 @@ RANKS = {  # lowest first: a module may import only from layers below it
     "encoder.train": 6,
     "encoder.finetune": 7,
     "encoder.eval": 8,                           # evaluate / embed jobs
+    "encoder.eval.suite": 8,                     # the downstream suite (runs fine-tuning jobs)
     "encoder": 9,                                # main, ablate, bench: entry points
+    "encoder.suite": 9,                          # python -m encoder.suite
 }
 ALIASES = {"encoder.train.finetune", "encoder.train.finetune_defaults",
            "encoder.train.loop", "encoder.train.checkpoint", "encoder.train.pretrained"}

@@ -374,11 +374,7 @@ def config_from_hf(hf: dict, name: str) -> tuple:
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise Unrepresentable(f"position_embedding_type={hf['position_embedding_type']!r} is "
                               "not supported; only 'absolute' checkpoints import")
-    needed = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size")
-    missing = [k for k in needed if k not in hf]
-    if missing:
-        raise ValueError(f"config.json lacks {missing}: not a {name} config")
+    F.require(hf, name)
     act = hf.get("hidden_act", "gelu")
     if act not in ACT_FROM_HF:
         raise Unrepresentable(f"hidden_act {act!r} not supported; known: {sorted(ACT_FROM_HF)}")

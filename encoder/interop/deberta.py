@@ -99,11 +99,7 @@ def config_from_hf(hf: dict):
     if hf.get("model_type", "deberta-v2") != "deberta-v2":
         raise Unrepresentable(f"model_type {hf['model_type']!r} is not DeBERTa-v2/v3 ('deberta' "
                               "v1 has a different attention layout)")
-    needed = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-              "intermediate_size")
-    missing = [k for k in needed if k not in hf]
-    if missing:
-        raise ValueError(f"config.json lacks {missing}: not a DeBERTa-v2 config")
+    family.require(hf, "DeBERTa-v2")
     found = _import_problems(hf)
     if found:
         raise Unrepresentable("this DeBERTa-v2 checkpoint does not import: " + "; ".join(found)

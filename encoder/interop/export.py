@@ -192,8 +192,10 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
 
 def main(argv):
     del argv
-    from absl import flags
+    from absl import flags, logging
     f = flags.FLAGS
+    if not f["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     try:
         result = export(f.workdir, f.out, f.format, f.family)
     except (Unrepresentable, FileNotFoundError, ValueError) as e:

@@ -85,3 +85,14 @@ def norm_from_hf(t: dict, prefix: str, bias: bool = True, weight: str = "weight"
     if bias:
         out["bias"] = np.asarray(t[f"{prefix}.{bias_name}"])
     return out
+
+
+REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+            "intermediate_size")
+
+
+def require(hf: dict, what: str, keys=REQUIRED) -> None:
+    """A config.json without the sizes is not this family's: say which are missing."""
+    missing = [k for k in keys if k not in hf]
+    if missing:
+        raise ValueError(f"config.json lacks {missing}: not a {what} config")

@@ -16,6 +16,7 @@ import numpy as np
 from encoder.interop import family as family_lib
 from encoder.interop import families as families_lib
 from encoder.interop.family import Unrepresentable
+from encoder.model import scan
 
 
 def read_config(folder: str) -> dict:
@@ -58,6 +59,7 @@ def load(folder: str):
         fam = family_of(hf)
         cfg = fam.config_from_hf(hf)
         params = _as_float32(fam.params_from_hf(read_tensors(folder), cfg))
+        params = scan.stack_layers(params, cfg)  # the families write blocks_i; cfg may scan
         check_shapes(params, cfg)
     except ValueError as e:
         raise type(e)(f"{folder}: {e}") from None
@@ -158,7 +160,7 @@ def write_folder(out: str, family: str, cfg, params, kind: str = "mlm", tokenize
         raise Unrepresentable(f"unknown family {family!r}; known: {sorted(families_lib.FAMILIES)}")
     info = {**token_info(tokenizer), "kind": kind, "labels": labels, "pooling": pooling}
     hf = hf_config(fam, cfg, kind, info, labels, problem_type)
-    tensors = fam.params_to_hf(params, cfg, kind, info)
+    tensors = fam.params_to_hf(scan.unstack_layers(params), cfg, kind, info)  # reads blocks_i
     os.makedirs(out, exist_ok=True)
     save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
               os.path.join(out, "model.safetensors"), metadata={"format": "pt"})

@@ -228,11 +228,12 @@ def _qkv_from_hf(t, p, cfg) -> dict:
     return out
 
 
-def _qkv_to_hf(qkv: dict, p) -> dict:
-    d = qkv["kernel"].shape[0]
-    out = {f"{p}.weight": np.asarray(qkv["kernel"]).reshape(d, -1).T}
-    if "bias" in qkv:
-        out[f"{p}.bias"] = np.asarray(qkv["bias"]).reshape(-1)
+def _fused_to_hf(dense: dict, p) -> dict:
+    """A fused input kernel [D, n, ...] (Wqkv [D, 3, H, K], Wi [D, 2, F]) -> [n*..., D]."""
+    d = dense["kernel"].shape[0]
+    out = {f"{p}.weight": np.asarray(dense["kernel"]).reshape(d, -1).T}
+    if "bias" in dense:
+        out[f"{p}.bias"] = np.asarray(dense["bias"]).reshape(-1)
     return out
 
 
@@ -259,14 +260,6 @@ def _wi_from_hf(t, p, cfg) -> dict:
     out = {"kernel": t[f"{p}.weight"].T.reshape(d, 2, f)}
     if cfg.use_bias:
         out["bias"] = t[f"{p}.bias"].reshape(2, f)
-    return out
-
-
-def _wi_to_hf(wi: dict, p) -> dict:
-    d = wi["kernel"].shape[0]
-    out = {f"{p}.weight": np.asarray(wi["kernel"]).reshape(d, -1).T}
-    if "bias" in wi:
-        out[f"{p}.bias"] = np.asarray(wi["bias"]).reshape(-1)
     return out
 
 
@@ -337,10 +330,10 @@ def params_to_hf(params: dict, cfg, head: str = "mlm", info: dict | None = None)
         blk, p = enc[f"blocks_{i}"], f"layers.{i}"
         if "attention_norm" in blk:
             out.update(family.norm_to_hf(blk["attention_norm"], f"{p}.attn_norm"))
-        out.update(_qkv_to_hf(blk["attention"]["qkv"], f"{p}.attn.Wqkv"))
+        out.update(_fused_to_hf(blk["attention"]["qkv"], f"{p}.attn.Wqkv"))
         out.update(_out_to_hf(blk["attention"]["out"], f"{p}.attn.Wo"))
         out.update(family.norm_to_hf(blk["mlp_norm"], f"{p}.mlp_norm"))
-        out.update(_wi_to_hf(blk["mlp"]["wi"], f"{p}.mlp.Wi"))
+        out.update(_fused_to_hf(blk["mlp"]["wi"], f"{p}.mlp.Wi"))
         out.update(family.linear_to_hf(blk["mlp"]["wo"], f"{p}.mlp.Wo"))
     out.update(family.norm_to_hf(enc["final_norm"], "final_norm"))
     out = {PREFIX + k: v for k, v in out.items()}

@@ -396,3 +396,49 @@ def test_fill_mask_pipeline_predicts_what_our_model_predicts(tiny_pretrained, tm
     assert hits == ours_hits
     print(f"fill-mask top-5 contains the word in {hits}/{len(sentences)} held-out sentences "
           "(6-step model; the README main job reaches 13/40, BUILD_NOTES)")
+
+
+@pytest.mark.parametrize("family,kind", [("bert", "token"), ("roformer", "span"),
+                                         ("electra", "token"), ("albert", "span")])
+def test_token_and_span_heads_export_with_logit_parity(family, kind, tmp_path):
+    cfg = _our_model_cfg(**OUR_CASES[family])
+    model = (models.TokenClassifier(models.freeze(cfg), num_labels=3) if kind == "token"
+             else models.SpanExtractor(models.freeze(cfg)))
+    ids, seg, mask = (a.astype(np.int32) for a in _batch())
+    params = nn.unbox(model.init(jax.random.key(0), ids, seg, mask)["params"])
+    rng = np.random.default_rng(0)
+    params = jax.tree.map(lambda x: np.asarray(x) + rng.normal(0, 0.05, x.shape).astype(
+        np.float32), params)
+    labels = ["O", "B-X", "I-X"] if kind == "token" else None
+    hf.write_folder(str(tmp_path), family, cfg, params, kind, labels=labels)
+    auto = T.AutoModelForTokenClassification if kind == "token" else \
+        T.AutoModelForQuestionAnswering
+    ref, info = auto.from_pretrained(tmp_path, output_loading_info=True)
+    assert not any(info.values()), info
+    with torch.no_grad():
+        out = ref.eval()(input_ids=torch.tensor(ids, dtype=torch.long),
+                         token_type_ids=torch.tensor(seg, dtype=torch.long),
+                         attention_mask=torch.tensor(mask))
+    ours, _ = model.apply({"params": params}, ids, seg, mask)
+    real = mask.astype(bool)
+    if kind == "token":
+        assert np.abs(np.asarray(ours) - out.logits.numpy())[real].max() <= 1e-4
+        assert ref.config.id2label == {0: "O", 1: "B-X", 2: "I-X"}
+    else:
+        for a, b in zip(ours, (out.start_logits, out.end_logits)):
+            assert np.abs(np.asarray(a) - b.numpy())[real].max() <= 1e-4
+
+
+def test_an_exported_folder_is_an_init_from_source_with_its_tokenizer(tiny_pretrained, tmp_path):
+    export_lib.export(tiny_pretrained, str(tmp_path / "hf"))
+    src, hf_src = sources.load(tiny_pretrained), sources.load(f"hf:{tmp_path / 'hf'}")
+    assert hf_src.kind == "hf" and hf_src.model_cfg.position == "rope"
+    for a, b in zip(jax.tree.leaves(hf_src.params["encoder"]),
+                    jax.tree.leaves(src.params["encoder"])):
+        np.testing.assert_array_equal(a, b)
+    text = "Return the value of the named attribute of object."
+    assert hf_src.tokenizer.encode(text) == src.tokenizer.encode(text)
+    assert (hf_src.tokenizer.mask_id, hf_src.tokenizer.pad_id) == (src.tokenizer.mask_id,
+                                                                  src.tokenizer.pad_id)
+    starts = src.tokenizer.word_start_table()
+    assert np.array_equal(hf_src.tokenizer.word_start_table(), starts)
