@@ -5,6 +5,7 @@
         --seeds=3 --workdir=DIR [--zip] [--parallel=2] [--equal_flops] \\
         [--finetune=experiments/finetune.py:task=classification --finetune_data=TASK_DIR
          --finetune_set=train.learning_rate=1e-3]
+        [--suite=TASKS_DIR|embedded --suite_arg=--preset=runlocal ...]
 
 Each sweep is `field=v1,v2,...`, the field an experiment option (objective,
 position, ...) or a dotted config path (model.position, train.learning_rate).
@@ -20,6 +21,9 @@ step), as the ELECTRA paper compares MLM and RTD.
 Outputs: DIR/runs.csv (one row per run), DIR/results.csv and DIR/results.md
 (one row per variant: mean ± std over seeds, and the gap to the best variant
 in units of its standard error), DIR/loss_curves.png, DIR/final_metric.png.
+--suite runs the downstream suite (`python -m encoder.suite`, encoder/eval/suite/)
+on every pretraining run, in <run>/suite/, and adds its average (and each task's
+median) as suite/* columns; the suite average is then the primary metric.
 """
 import csv
 import itertools
@@ -47,6 +51,10 @@ flags.DEFINE_string("finetune", "", "fine-tuning experiment file[:arg] run on ea
 flags.DEFINE_string("finetune_data", "", "folder with train.jsonl and dev.jsonl")
 flags.DEFINE_multi_string("finetune_set", [], "field=value overrides for fine-tuning, e.g. "
                           "train.learning_rate=1e-3 (repeatable)")
+flags.DEFINE_string("suite", "", "run encoder.suite on each run: a tasks folder, or "
+                    "'embedded' for the default suite built from the standard library")
+flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suite, e.g. "
+                          "--suite_arg=--preset=runlocal (repeatable)")
 flags.DEFINE_string("workdir", None, "the study's folder", required=True)
 FLAGS = flags.FLAGS
 
@@ -203,6 +211,25 @@ def finetune_run(run: dict, root: str) -> None:
         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
+def suite_command(run: dict, root: str, tasks: str, extra: list) -> list[str]:
+    """The encoder.suite command for one pretraining run (its suite lives in <run>/suite)."""
+    d = os.path.join(root, "runs", run["dir"])
+    cmd = [sys.executable, "-m", "encoder.suite", f"--init_from={d}",
+           f"--workdir={os.path.join(d, 'suite')}"]
+    return cmd + ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + list(extra)
+
+
+def suite_run(run: dict, root: str) -> None:
+    """Runs (or resumes: finished fine-tuning runs are skipped) the suite on one run."""
+    d = os.path.join(root, "runs", run["dir"])
+    with open(os.path.join(d, "suite.log"), "a") as log:
+        rc = subprocess.run(suite_command(run, root, FLAGS.suite, FLAGS.suite_arg), stdout=log,
+                            stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise RuntimeError(f"the suite on {run['dir']} failed (exit {rc}); see "
+                           f"{os.path.join(d, 'suite.log')}")
+
+
 def execute(runs: list[dict], root: str, parallel: int) -> None:
     """Runs everything, at most `parallel` at once; a failure stops the others first."""
     pending, active = list(runs), []
@@ -262,6 +289,9 @@ def read_run(run: dict, root: str) -> dict:
         with open(ft) as f:
             for k, v in json.load(f).get("dev", {}).items():
                 out[f"finetune/{k}"] = v
+    if os.path.exists(os.path.join(d, "suite", "suite.json")):
+        from encoder.eval.suite import battery
+        out.update(battery.suite_average(os.path.join(d, "suite")))
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     from encoder.objectives import objectives
@@ -271,7 +301,7 @@ def read_run(run: dict, root: str) -> dict:
 
 
 def primary_metric(rows: list[dict]) -> str:
-    for key in ("finetune/accuracy", "finetune/f1", "finetune/pearson", "eval/mlm_accuracy",
+    for key in ("suite/average", "finetune/accuracy", "finetune/f1", "finetune/pearson", "eval/mlm_accuracy",
                 "eval/rtd_accuracy", "eval/loss"):
         if all(key in r for r in rows):
             return key
@@ -280,7 +310,7 @@ def primary_metric(rows: list[dict]) -> str:
 
 def aggregate(rows: list[dict]) -> tuple[list[dict], list[str]]:
     keys = ["final_train_loss"] + sorted({k for r in rows for k in r if k.startswith(
-        ("eval/", "finetune/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
+        ("eval/", "finetune/", "suite/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
     table = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
         group = [r for r in rows if r["variant"] == variant]
@@ -321,7 +351,7 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
         w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
         w.writerows(table)
-    extra = [k for k in keys if k.startswith(("eval/", "finetune/"))
+    extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
         "tokens_per_s", "flops", "parameters"]
@@ -398,6 +428,9 @@ def main(argv):
             raise app.UsageError("--finetune needs --finetune_data")
         for run in runs:
             finetune_run(run, root)
+    if FLAGS.suite:
+        for run in runs:
+            suite_run(run, root)
     write_results([read_run(r, root) for r in runs], root)
 
 

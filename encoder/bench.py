@@ -44,8 +44,17 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from absl import app, flags
+from ml_collections import config_flags
 
-flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare"], "what to benchmark")
+flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile"],
+                  "what to benchmark")
+config_flags.DEFINE_config_file("config", None, "compile: experiment file[:arg]",
+                                lock_config=True)
+flags.DEFINE_integer("devices", 0, "compile: simulated CPU devices (0: those present)",
+                     lower_bound=0)
+flags.DEFINE_string("scan_layers", "", "compile: override model.scan_layers (auto|true|false)")
+flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
+                  "2-layer probes to count the whole step's XLA FLOPs")
 flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
 flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
 flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
@@ -120,13 +129,15 @@ def time_step(step, state, batch, rng_fn):
     return compile_s, statistics.median(times), memory_bytes(compiled), m
 
 
+class FakeTokenizer:
+    """The special ids the objectives need, without a sentencepiece model."""
+    special_ids, mask_id = (0, 1, 2, 3, 4), 4
+    word_start_table = staticmethod(lambda: None)
+
+
 def ours(config, peak):
     from encoder.objectives import objectives
     from encoder.train import flops, optimizer, partitioning, pretrain, trainer as trainer_lib
-
-    class FakeTokenizer:
-        special_ids, mask_id = (0, 1, 2, 3, 4), 4
-        word_start_table = staticmethod(lambda: None)
 
     ctx = objectives.make_context(config, FakeTokenizer(), most_frequent_id=5)
     objective = objectives.OBJECTIVES[config.objective]
@@ -373,9 +384,145 @@ def bench_prepare():
             shutil.rmtree(root, ignore_errors=True)
 
 
+def abstract_batch(config, mesh) -> dict:
+    """ShapeDtypeStructs of one global pretraining batch (what the pipeline yields), sharded."""
+    from encoder.train import partitioning
+    b, t = config.train.batch_size, config.data.seq_len
+    sharding = partitioning.batch_sharding(mesh)
+    keys = ["input_ids", "segment_ids", "attention_mask", "document_ids", "positions"]
+    batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=sharding) for k in keys}
+    if config.pair_task != "none":
+        batch["pair_labels"] = jax.ShapeDtypeStruct((b,), jnp.int32, sharding=sharding)
+    return batch
+
+
+def _bytes_per_device(tree, shardings) -> int:
+    """Bytes one device holds of a sharded tree (its shard of every leaf)."""
+    leaves = jax.tree.leaves(tree)
+    specs = jax.tree.leaves(shardings, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))
+    return sum(int(np.prod(s.shard_shape(x.shape))) * jnp.dtype(x.dtype).itemsize
+               for x, s in zip(leaves, specs))
+
+
+def _xla_flops(compiled) -> float | None:
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+    return float(cost["flops"]) if cost and "flops" in cost else None
+
+
+def compile_step(config, devices=None):
+    """The pretraining train step lowered and compiled for config's shapes, from shapes
+    alone (no parameter is allocated): (compiled, abstract state, shardings, mesh, seconds)."""
+    from encoder.objectives import objectives
+    from encoder.train import optimizer, partitioning, pretrain, trainer as trainer_lib
+    ctx = objectives.make_context(config, FakeTokenizer(), most_frequent_id=5)
+    objective = objectives.OBJECTIVES[config.objective]
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    tx = optimizer.make_optimizer(config.train)
+    init = pretrain.model_init_fn(ctx.model, config.data.seq_len, ctx.max_predictions)
+    abstract, shardings = trainer_lib.state_shapes(init, tx, mesh, jax.random.key(0))
+    step = trainer_lib.jit_step(trainer_lib.make_step(
+        lambda p, b, r: objective.loss_fn(p, b, r, ctx), tx,
+        lambda b, r: objective.prepare(b, r, ctx), config.train.grad_accum_steps),
+        shardings, mesh)
+    state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                         abstract, shardings)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    t0 = time.perf_counter()
+    lowered = step.lower(state, abstract_batch(config, mesh), rng)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1)
+
+
+def unrolled_xla_flops(config, devices=None) -> float:
+    """XLA's FLOPs of the whole unrolled step, extrapolated from 1- and 2-layer compiles.
+
+    XLA's cost analysis counts a while loop's body once, so a scanned stack's own count
+    misses (G - 1) groups; the layers are identical in FLOPs (a dense mask costs the same
+    for local and global layers), so count(L) = count(1) + (L - 1) (count(2) - count(1)).
+    """
+    counts = []
+    for depth in (1, 2):
+        probe = config.copy_and_resolve_references()
+        probe.model.num_layers = depth
+        probe.electra.generator_layers = min(probe.electra.generator_layers, depth)
+        probe.model.scan_layers = "false"
+        counts.append(_xla_flops(compile_step(probe, devices)[0]))
+    return counts[0] + (config.model.num_layers - 1) * (counts[1] - counts[0])
+
+
+def compile_report(config, unrolled_flops: bool = True, devices=None) -> dict:
+    """Per-device memory and FLOPs of the compiled train step (see compile_step).
+
+    XLA's FLOPs count every op of the step (norms, softmax, the optimizer, the
+    masking); the analytic count (encoder.train.flops) only the matmuls. With a
+    scanned stack the raw count covers one loop iteration: `xla_flops_unrolled`
+    (unrolled_flops=True) is the whole step's and is what the ratio uses.
+    """
+    from encoder.model import scan
+    from encoder.train import flops
+    compiled, abstract, shardings, mesh, (lower_s, compile_s) = compile_step(config, devices)
+    n = mesh.devices.size
+    mem = compiled.memory_analysis()
+    analytic = flops.config_train_flops_per_step(config) / n
+    xla = _xla_flops(compiled)
+    p = scan.plan(config.model)
+    full = unrolled_xla_flops(config, devices) if (p is not None and unrolled_flops) else (
+        None if p is not None else xla)
+    return {"benchmark": "compile", "size": config.model.size, "objective": config.objective,
+            "num_layers": config.model.num_layers, "scan_groups": p.groups if p else 0,
+            "seq_len": config.data.seq_len, "global_batch": config.train.batch_size,
+            "devices": n, "mesh": dict(mesh.shape), "dtype": config.model.dtype,
+            "remat": config.model.remat, "attention_impl": config.model.attention_impl,
+            "platform": jax.devices()[0].platform,
+            "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params)),
+            "lower_s": round(lower_s, 2), "compile_s": round(compile_s, 2),
+            # per device:
+            "param_bytes": _bytes_per_device(abstract.params, shardings.params),
+            "optimizer_bytes": _bytes_per_device(abstract.opt_state, shardings.opt_state),
+            "temp_bytes": int(mem.temp_size_in_bytes),
+            "argument_bytes": int(mem.argument_size_in_bytes),
+            "output_bytes": int(mem.output_size_in_bytes),
+            "alias_bytes": int(mem.alias_size_in_bytes),
+            "peak_bytes": int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                              - mem.alias_size_in_bytes + mem.temp_size_in_bytes),
+            "analytic_flops": analytic, "xla_flops": xla, "xla_flops_unrolled": full,
+            "xla_over_analytic": full / analytic if full else None}
+
+
+def compile_config():
+    """The experiment config with the command line's shape and variant overrides."""
+    config = FLAGS.config.copy_and_resolve_references()
+    if FLAGS["seq_len"].present:
+        config.data.seq_len = FLAGS.seq_len
+        config.model.max_position = max(config.model.max_position, FLAGS.seq_len)
+    if FLAGS["batch_size"].present:
+        config.train.batch_size = FLAGS.batch_size
+    for name in ("dtype", "attention_impl", "remat", "scan_layers"):
+        if FLAGS[name].present:
+            config.model[name] = FLAGS[name].value
+    from encoder.train import pretrain
+    pretrain.validate(config)
+    return config
+
+
+def bench_compile():
+    if FLAGS.config is None:
+        raise app.UsageError("--mode=compile needs --config=experiments/NAME.py[:arg]")
+    row = compile_report(compile_config(), FLAGS.unrolled_flops)
+    gib = lambda b: round(b / 2**30, 3)  # noqa: E731
+    row.update({k.replace("_bytes", "_gib"): gib(v) for k, v in list(row.items())
+                if k.endswith("_bytes")})
+    print(json.dumps(row), flush=True)
+
+
 def main(argv):
     del argv
-    {"pipeline": bench_pipeline, "prepare": bench_prepare, "step": bench_steps}[FLAGS.mode]()
+    if FLAGS.devices:  # before anything initialises the CPU backend
+        jax.config.update("jax_num_cpu_devices", FLAGS.devices)
+    {"pipeline": bench_pipeline, "prepare": bench_prepare, "step": bench_steps,
+     "compile": bench_compile}[FLAGS.mode]()
 
 
 if __name__ == "__main__":

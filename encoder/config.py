@@ -67,6 +67,8 @@ def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
         dtype="float32",           # compute dtype; parameters stay float32
         attention_impl="auto",     # encoder.model.attention.ATTENTION_IMPLEMENTATIONS
         remat="none",              # encoder.model.encoder.REMAT_POLICIES
+        scan_layers="auto",        # auto | true | false: nn.scan over the layers (auto: from
+                                   # 12 layers; encoder/model/scan.py)
     ))
 
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from encoder.checkpoints import store
 from encoder.data import tokenizer as tokenizer_lib
+from encoder.model import scan
 
 KINDS = ("pretraining", "finetuning", "params", "hf", "scratch")  # scratch: fine-tuning
 # without init_from (encoder/finetune/run.py builds it)
@@ -111,6 +112,7 @@ def merge_params(params, loaded, shardings=None, strict: bool = False, path: str
         return jax.device_put(value, shardings) if shardings is not None else value
     if not isinstance(loaded, dict):
         raise ValueError(f"init_from: {path or '/'} is a single array, the model expects a tree")
+    loaded = scan.match_layout(params, loaded)  # scanned <-> unrolled layers, either way
     missing = [k for k in params if k not in loaded]
     if strict and missing:
         raise ValueError(f"init_from: the source lacks {path}/{missing[0]} (and "

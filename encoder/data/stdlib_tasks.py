@@ -2,17 +2,32 @@
 
     python -m encoder.data.stdlib_tasks --out DIR
 
-writes DIR/{topic,same_package,api_qa}/{train,dev,test}.jsonl:
+writes one folder per task, each with a task.json naming its type and metrics
+(the downstream suite's default battery, encoder/eval/suite), covering every
+task type:
 
-  topic         classification: a standard-library docstring -> its top-level
-                package, among the largest packages (balanced);
-  same_package  sentence pair: two docstrings -> do they come from the same
-                top-level package? (half positives);
-  api_qa        extractive QA: the context lists several functions of one
-                module as "name: first sentence of its docstring"; the question
-                is one of those sentences; the answer is its function's name.
+  topic          classification: a standard-library docstring -> its top-level
+                 package, among the largest packages (balanced);
+  same_package   sentence pair: two docstrings -> do they come from the same
+                 top-level package? (half positives);
+  relatedness    regression (STS-B-like, 0-5): two docstring sentences, scored
+                 by provenance: 5 the same function, 3 the same module, 1.5 the
+                 same package, 0 another package;
+  arg_mentions   tagging (BIO): a function's signature then its docstring's
+                 words; a docstring word is B-ARG when it names one of the
+                 signature's parameters (needs the signature, i.e. context);
+  api_qa         extractive QA: the context lists several functions of one
+                 module as "name: first sentence of its docstring"; the question
+                 is one of those sentences; the answer is its function's name;
+  sts_relatedness  embedding STS (no fine-tuning, MTEB style): relatedness pairs
+                 drawn afresh, test.jsonl only;
+  api_retrieval  embedding retrieval in BEIR's layout (corpus.jsonl,
+                 queries.jsonl, qrels/test.tsv): the query is a docstring's first
+                 sentence, the relevant document the rest of that docstring.
 
-Splits are by content hash, so they never change and never overlap.
+Fine-tuned tasks write {train,dev,test}.jsonl, split by content hash, so the
+splits never change and never overlap. Generation is deterministic (fixed
+seeds, sorted walks) and takes seconds (parsing the stdlib dominates).
 """
 import ast
 import json
@@ -48,8 +63,16 @@ def documented_functions() -> list[dict]:
                     doc = ast.get_docstring(node)
                     if doc and len(doc) >= 30:
                         items.append({"package": package, "module": rel, "name": node.name,
-                                      "doc": " ".join(doc.split())})
+                                      "doc": " ".join(doc.split()), "args": _arg_names(node)})
     return items
+
+
+def _arg_names(node) -> list[str]:
+    """A function's parameter names (no self/cls); a class has none here."""
+    if not isinstance(node, ast.FunctionDef):
+        return []
+    a = node.args
+    return [x.arg for x in a.posonlyargs + a.args + a.kwonlyargs if x.arg not in ("self", "cls")]
 
 
 def split_of(text: str) -> str:
@@ -135,14 +158,151 @@ def write_task(out_dir: str, name: str, examples: list[dict], key) -> dict:
     return counts
 
 
+def rest_of(doc: str) -> str:
+    """The docstring after its first sentence ('' when it has only one)."""
+    return doc[len(first_sentence(doc)):].strip()
+
+
+def relatedness_task(items, n: int = 2000, seed: int = 0):
+    """Pairs of docstring sentences with a graded score from their provenance.
+
+    A quarter each: the same function (first sentence vs the rest of its
+    docstring, 5.0), the same module (3.0), the same package (1.5), another
+    package (0.0): a relatedness scale like STS-B's 0-5.
+    """
+    rng = random.Random(seed)
+    anchors = [it for it in items if len(rest_of(it["doc"])) >= 20]
+    by_module: dict[str, list] = {}
+    by_pkg: dict[str, list] = {}
+    for it in items:
+        by_module.setdefault(it["module"], []).append(it)
+        by_pkg.setdefault(it["package"], []).append(it)
+    out = []
+    while len(out) < n:
+        a = rng.choice(anchors)
+        level = len(out) % 4
+        if level == 0:
+            text_b, score = rest_of(a["doc"])[:200], 5.0
+        else:
+            pool = (by_module[a["module"]] if level == 1 else
+                    [it for it in by_pkg[a["package"]] if it["module"] != a["module"]]
+                    if level == 2 else by_pkg[rng.choice(sorted(set(by_pkg) - {a["package"]}))])
+            pool = [it for it in pool if it["name"] != a["name"]]
+            if not pool:
+                continue
+            text_b, score = first_sentence(rng.choice(pool)["doc"]), (3.0, 1.5, 0.0)[level - 1]
+        out.append({"text_a": first_sentence(a["doc"]), "text_b": text_b, "label": score})
+    return out
+
+
+_PUNCT = ".,;:()[]{}'\"`*"
+
+
+def arg_mention_task(items, max_words: int = 40, seed: int = 0):
+    """Signature + docstring words; docstring words naming a parameter are B-ARG.
+
+    Parameters of one or two letters are left out (they collide with English
+    words such as "a"); an example needs at least one mention.
+    """
+    rng = random.Random(seed)
+    seen, out = set(), []
+    for it in items:
+        args = [a for a in it.get("args", []) if len(a) > 2]
+        key = (it["module"], it["name"])
+        if not args or key in seen:
+            continue
+        seen.add(key)
+        signature = ["def", it["name"], "("] + [t for a in args for t in (a, ",")][:-1] + [")"]
+        words = it["doc"].split()[:max_words]
+        tags = ["B-ARG" if w.strip(_PUNCT) in args else "O" for w in words]
+        if "B-ARG" in tags:
+            out.append({"tokens": signature + words, "tags": ["O"] * len(signature) + tags})
+    rng.shuffle(out)
+    return out
+
+
+def retrieval_task(items, num_queries: int = 400, seed: int = 0):
+    """(corpus, queries, qrels) in BEIR's form: a first sentence finds the rest of its docstring.
+
+    Every docstring with a rest is a corpus document (title: module.name); the
+    queries are a fixed sample of their first sentences, kept only when unique.
+    """
+    rng = random.Random(seed)
+    docs, firsts, ids = [], {}, set()
+    for it in items:
+        rest = rest_of(it["doc"])
+        doc_id = f"{it['module']}.{it['name']}"
+        if len(rest) < 20 or doc_id in ids:  # methods of one name in one module: the first
+            continue
+        ids.add(doc_id)
+        docs.append({"_id": doc_id, "title": doc_id, "text": rest[:400]})
+        firsts.setdefault(first_sentence(it["doc"]), []).append(doc_id)
+    unique = sorted(q for q, ids in firsts.items() if len(ids) == 1)
+    rng.shuffle(unique)
+    queries = [{"_id": f"q{i}", "text": q} for i, q in enumerate(unique[:num_queries])]
+    qrels = {q["_id"]: {firsts[q["text"]][0]: 1} for q in queries}
+    return docs, queries, qrels
+
+
+def write_task_json(out_dir: str, name: str, meta: dict) -> None:
+    with open(os.path.join(out_dir, name, "task.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+
+
+def write_sts(out_dir: str, name: str, examples: list[dict]) -> dict:
+    folder = os.path.join(out_dir, name)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "test.jsonl"), "w") as f:
+        for ex in examples:
+            f.write(json.dumps(ex) + "\n")
+    return {"test": len(examples)}
+
+
+def write_retrieval(out_dir: str, name: str, docs, queries, qrels) -> dict:
+    folder = os.path.join(out_dir, name)
+    os.makedirs(os.path.join(folder, "qrels"), exist_ok=True)
+    for file, rows in (("corpus.jsonl", docs), ("queries.jsonl", queries)):
+        with open(os.path.join(folder, file), "w") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    with open(os.path.join(folder, "qrels", "test.tsv"), "w") as f:
+        f.write("query-id\tcorpus-id\tscore\n")
+        for q, rel in qrels.items():
+            for d, g in rel.items():
+                f.write(f"{q}\t{d}\t{g}\n")
+    return {"corpus": len(docs), "queries": len(queries)}
+
+
+# task -> task.json: the type and the metrics the suite reports (eval.json's names).
+TASK_META = {
+    "topic": {"type": "classification", "metrics": ["accuracy"]},
+    "same_package": {"type": "classification", "metrics": ["accuracy"]},
+    "relatedness": {"type": "regression", "metrics": ["pearson", "spearman"]},
+    "arg_mentions": {"type": "tagging", "metrics": ["entity_f1"]},
+    "api_qa": {"type": "qa", "metrics": ["exact_match", "f1"]},
+    "sts_relatedness": {"type": "sts"},
+    "api_retrieval": {"type": "retrieval"},
+}
+
+
 def build_all(out_dir: str) -> dict:
+    """Writes every task (and its task.json) under out_dir; returns the split sizes."""
     items = documented_functions()
-    return {
+    pair_key = lambda e: e["text_a"] + e["text_b"]  # noqa: E731
+    counts = {
         "topic": write_task(out_dir, "topic", topic_task(items), lambda e: e["text"]),
-        "same_package": write_task(out_dir, "same_package", pair_task(items),
-                                   lambda e: e["text_a"] + e["text_b"]),
+        "same_package": write_task(out_dir, "same_package", pair_task(items), pair_key),
+        "relatedness": write_task(out_dir, "relatedness", relatedness_task(items), pair_key),
+        "arg_mentions": write_task(out_dir, "arg_mentions", arg_mention_task(items),
+                                   lambda e: " ".join(e["tokens"])),
         "api_qa": write_task(out_dir, "api_qa", qa_task(items), lambda e: e["context"]),
+        "sts_relatedness": write_sts(out_dir, "sts_relatedness",
+                                     relatedness_task(items, n=400, seed=1)),
+        "api_retrieval": write_retrieval(out_dir, "api_retrieval", *retrieval_task(items)),
     }
+    for name, meta in TASK_META.items():
+        write_task_json(out_dir, name, meta)
+    return counts
 
 
 def main(argv):

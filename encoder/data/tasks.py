@@ -100,9 +100,16 @@ _GLUE_B = ("sentence2", "question2", "#2 String")
 _GLUE_LABEL = ("label", "gold_label", "score", "is_duplicate", "Quality")
 
 
-def read_glue_tsv(path: str) -> list[dict]:
-    """A GLUE-style TSV with a header (CoLA's header-less 4-column file too)."""
-    with open(path, encoding="utf-8", newline="") as f:
+def read_glue_tsv(path: str, skipped: list | None = None) -> list[dict]:
+    """A GLUE-style TSV with a header (CoLA's header-less 4-column file too).
+
+    utf-8-sig: MRPC's header can start with a byte-order mark (it is copied from
+    Microsoft's msr_paraphrase_*.txt), which would hide the `Quality` column.
+    A row with fewer columns than the header is an error naming file:line, or,
+    when a `skipped` list is given, appended to it and left out (QQP's train
+    file has a few such rows; GLUE's own loaders drop them).
+    """
+    with open(path, encoding="utf-8-sig", newline="") as f:
         rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
     if not rows:
         raise TaskDataError(f"{path}: empty file")
@@ -121,6 +128,11 @@ def read_glue_tsv(path: str) -> list[dict]:
     label = next((col[h] for h in _GLUE_LABEL if h in col), None)
     examples = []
     for line_no, row in enumerate(body, start):
+        if not row:  # a blank line is no example
+            continue
+        if len(row) < len(header) and skipped is not None:
+            skipped.append(f"{path}:{line_no}")
+            continue
         if len(row) < len(header):
             raise TaskDataError(f"{path}:{line_no}: {len(row)} columns, the header has "
                                 f"{len(header)}")

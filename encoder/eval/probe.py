@@ -29,6 +29,16 @@ from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
 
 
+def random_params(model_cfg, seed: int = 0) -> dict:
+    """The same architecture with fresh weights: the control every pretraining claim needs."""
+    import flax.linen as nn
+    model = models.MaskedLM(models.freeze(model_cfg))
+    ids = jnp.ones((1, 8), jnp.int32)
+    return nn.unbox(jax.jit(lambda r: model.init(
+        r, ids, ids * 0, ids, mlm_positions=jnp.zeros((1, 1), jnp.int32)))(
+            jax.random.key(seed)))["params"]
+
+
 def layer_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
                    batch_size: int = 64) -> np.ndarray:
     """[L+1, N, D] mean-pooled hidden states of every layer (embeddings first)."""
@@ -129,14 +139,7 @@ def main(argv):
     from absl import flags
     f = flags.FLAGS
     src = sources.load(f.init_from)
-    params = src.params
-    if f.random_init:  # the same architecture and tokenizer, fresh weights: the control
-        import flax.linen as nn
-        model = models.MaskedLM(models.freeze(src.model_cfg))
-        ids = jnp.ones((1, 8), jnp.int32)
-        params = nn.unbox(jax.jit(lambda r: model.init(
-            r, ids, ids * 0, ids, mlm_positions=jnp.zeros((1, 1), jnp.int32)))(
-                jax.random.key(f.seed)))["params"]
+    params = random_params(src.model_cfg, f.seed) if f.random_init else src.params
     table = {}
     for folder in f.tasks:
         train, dev, kind = read_task(folder, f.max_train, f.seed)

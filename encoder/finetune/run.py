@@ -140,6 +140,9 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     validate(config, mesh.devices.size)
     src = load_source(config)
     model_cfg = src.model_cfg.copy_and_resolve_references()
+    if config.finetune.mode == "lora" or config.finetune.layer_decay < 1.0:
+        with model_cfg.ignore_type():  # LoRA and layer decay address each blocks_i on its own
+            model_cfg.scan_layers = "false"  # (init_from's merge unstacks a scanned source)
     defaults.resolve(config, model_cfg.hidden_size, model_cfg.num_layers)
     model_cfg.dropout = model_cfg.attention_dropout = config.finetune.dropout
     models.validate_config(model_cfg, config.data.max_seq_len)

@@ -1,28 +1,61 @@
-"""Bidirectional multi-head self-attention and the masks that shape it.
+"""Bidirectional multi-head self-attention, the patterns that shape it, and its backends.
 
-Masks are boolean [B, 1, T, T] (True = may attend), built once per forward
-pass from the padding mask, the packed rows' document ids and an optional
-local window, and shared by every layer (ModernBERT alternates a local and a
-global mask between layers).
+A layer's pattern (AttentionPattern) is passed as its raw ingredients: the
+padding mask, the packed rows' document ids and a static local window
+(ModernBERT alternates local and global layers). Each backend builds what it
+needs from them, so the O(T^2) boolean mask exists only where a backend needs
+one:
 
-Two numerically equivalent paths compute attention:
-  * `jax.nn.dot_product_attention`: the fast path; on NVIDIA GPUs in
-    bfloat16/float16 with no bias it can use the fused cuDNN kernel;
-  * `reference_attention`: explicit einsums with a float32 softmax; used when
-    attention-probability dropout is active (the fused call has no dropout)
-    and as the reference in tests.
+  name        kernel                                 pattern it takes
+  xla         jax.nn.dot_product_attention on XLA    dense [B, 1, T, T] mask, folded into the bias
+  reference   einsums, float32 softmax               dense mask; attention dropout; tests' reference
+  cudnn       cuDNN via jax.nn.dot_product_attention key lengths for right padding; a dense mask
+                                                     for documents or the (bidirectional) window
+  splash      Pallas TPU splash attention            segment ids + a block-sparse local mask
+  pallas_gpu  Pallas Triton flash attention (mha)    segment ids (no window, no bias)
+  auto        TPU: splash; GPU: cudnn (bf16/fp16, K <= 128); else xla; each where it can serve
+
+A layer a backend cannot serve (an additive position bias, attention dropout,
+a sequence length off the kernel's blocks, a dtype it lacks) takes the dense
+path and the reason is logged once. Off their platform the Pallas kernels run
+in Pallas interpret mode and cudnn runs the same call on XLA, so CPU tests
+check every backend against `reference`.
 
 Axes: B batch, T tokens, D model width, H heads, K head dim.
 """
+import concurrent.futures
+import dataclasses
+import functools
 from typing import Any
 
+from absl import logging
 import flax.linen as nn
+from flax import struct
 import jax
+from jax.experimental.pallas.ops.gpu import attention as pallas_gpu_attention
+from jax.experimental.pallas.ops.tpu import splash_attention
 import jax.numpy as jnp
+import numpy as np
 
 from encoder.model import positions as positions_lib
 
-ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "reference")
+
+@struct.dataclass
+class AttentionPattern:
+    """Who may attend to whom in one layer, kept as ingredients rather than a built mask.
+
+    A dense [B, 1, T, T] mask costs O(T^2) memory per row; the kernels that
+    take segment ids and a window never need it, so each backend builds its
+    own form (`dense`, `kernel_segment_ids`). `window` is static (it picks the
+    kernel's block-sparsity); 0 means a global layer.
+    """
+    padding: jnp.ndarray | None = None    # [B, T], 1 for real tokens
+    documents: jnp.ndarray | None = None  # [B, T] document ids of packed rows
+    window: int = struct.field(pytree_node=False, default=0)  # keeps |i - j| <= window // 2
+
+    def dense(self, length: int) -> jnp.ndarray | None:
+        """The boolean [B, 1, T, T] mask of make_mask, or None when nothing is masked."""
+        return make_mask(self.padding, self.documents, self.window, length)
 
 
 def make_mask(attention_mask: jnp.ndarray | None,
@@ -97,6 +130,251 @@ def _cudnn_usable(q, bias) -> bool:
             and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0)
 
 
+# ---- backends: each one a runner and the reasons it cannot serve a layer ----
+
+_NOTED: set[str] = set()  # messages already logged: a fallback is said once, not per layer
+
+
+def _note_once(message: str) -> None:
+    """Logs a backend choice or fallback once per process (it is decided at trace time)."""
+    if message not in _NOTED:
+        _NOTED.add(message)
+        logging.warning("attention: %s", message)
+
+
+PAD_SEGMENT = int(np.iinfo(np.int32).min)  # padding's own segment: never a document id
+
+
+def kernel_segment_ids(pattern: AttentionPattern) -> jnp.ndarray | None:
+    """[B, T] int32 segment ids for kernels that mask by id equality, or None.
+
+    Real tokens keep their document id (0 for all when there are none), so a
+    real query reads exactly the real keys of its document, as make_mask says.
+    Padding becomes its own segment: a padded query reads only padded keys
+    (always itself, so every row keeps a key and the softmax stays finite),
+    where make_mask lets it read real keys. Either way no real token reads a
+    pad, and the outputs at padded positions are never read (heads, pooling and
+    losses mask them), so real positions and every gradient agree exactly.
+    """
+    if pattern.padding is None and pattern.documents is None:
+        return None
+    ref = pattern.padding if pattern.padding is not None else pattern.documents
+    ids = (pattern.documents.astype(jnp.int32) if pattern.documents is not None
+           else jnp.zeros(ref.shape, jnp.int32))
+    if pattern.padding is not None:
+        ids = jnp.where(pattern.padding.astype(bool), ids, PAD_SEGMENT)
+    return ids
+
+
+def _interpret(platform: str, name: str) -> bool:
+    """Pallas kernels run natively on their platform, in interpret mode elsewhere (CPU tests)."""
+    if jax.default_backend() == platform:
+        return False
+    _note_once(f"attention_impl={name} is a {platform.upper()} kernel; on "
+               f"{jax.default_backend()} it runs in Pallas interpret mode (slow: for tests)")
+    return True
+
+
+def _run_xla(q, k, v, bias, pattern):
+    """XLA's attention with the dense mask folded into the bias (the pre-backend path)."""
+    return fused_attention(q, k, v, bias, pattern.dense(q.shape[1]), "xla")
+
+
+def _run_dense(q, k, v, bias, pattern):
+    """The fallback: the dense mask through fused_attention's own choice (cuDNN or XLA)."""
+    return fused_attention(q, k, v, bias, pattern.dense(q.shape[1]), "auto")
+
+
+def _run_reference(q, k, v, bias, pattern):
+    return reference_attention(q, k, v, bias, pattern.dense(q.shape[1]))
+
+
+def _run_cudnn(q, k, v, bias, pattern):
+    """cuDNN's fused kernel through jax.nn.dot_product_attention.
+
+    Right padding goes in as key lengths, with no mask tensor (the data
+    pipelines and tokenizers here pad on the right). That API has no segment
+    ids, and its sliding window is causal-only (left window), so packed rows
+    and local layers still pass a dense mask; that is noted once. Padded
+    queries read the real keys, as with make_mask. Off a GPU the same call runs
+    on XLA's implementation, so CPU tests check the arguments.
+    """
+    length = q.shape[1]
+    implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    if implementation == "xla":
+        _note_once(f"attention_impl=cudnn on {jax.default_backend()}: no cuDNN here; the same "
+                   "jax.nn.dot_product_attention call runs on XLA")
+    mask = lengths = None
+    if pattern.documents is not None or pattern.window:
+        _note_once("attention_impl=cudnn: jax.nn.dot_product_attention takes no segment ids and "
+                   "its cuDNN window is causal-only; packed or local layers pass a dense mask")
+        mask = pattern.dense(length)
+    elif pattern.padding is not None:
+        # >= 1: an all-padding row keeps one key (finite; its outputs are never read)
+        lengths = jnp.maximum(jnp.sum(pattern.padding.astype(jnp.int32), axis=-1), 1)  # [B]
+    if bias is not None:
+        bias = bias.astype(q.dtype)
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
+                                        key_value_seq_lengths=lengths,
+                                        implementation=implementation)
+
+
+def _refuse_cudnn(q, bias, pattern) -> str | None:
+    """cuDNN flash attention needs half precision and a head dim <= 128, a multiple of 8."""
+    del bias, pattern
+    if jax.default_backend() != "gpu":
+        return None  # emulated on XLA: any dtype
+    if q.dtype not in (jnp.bfloat16, jnp.float16):
+        return f"cuDNN flash attention needs bfloat16 or float16, got {q.dtype}"
+    if q.shape[-1] > 128 or q.shape[-1] % 8:
+        return (f"cuDNN flash attention needs a head dim <= 128 and a multiple of 8, "
+                f"got {q.shape[-1]}")
+    return None
+
+
+SPLASH_BLOCKS = (512, 256, 128)  # the largest that divides T; the kernel's lanes need 128 |
+
+
+@functools.lru_cache(maxsize=None)
+def _splash_kernel(length: int, heads: int, window: int, interpret: bool):
+    """A splash kernel for [H, T, K] inputs; cached: the block-sparsity is computed on the host.
+
+    The local window is a LocalMask, so kv blocks wholly outside it are skipped
+    (O(T w) work); documents and padding come per call as segment ids.
+    """
+    shape = (length, length)
+    one = (splash_attention.LocalMask(shape, (window // 2, window // 2), 0) if window
+           else splash_attention.FullMask(shape))
+    block = next(b for b in SPLASH_BLOCKS if length % b == 0)
+    sizes = splash_attention.BlockSizes(
+        block_q=block, block_kv=block, block_kv_compute=block,
+        block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+        block_q_dq=block, block_kv_dq=block)
+    def build():
+        return splash_attention.make_splash_mha(
+            splash_attention.MultiHeadMask([one] * heads), block_sizes=sizes,
+            head_shards=1, q_seq_shards=1, interpret=interpret)
+
+    # Built on a fresh thread, where no trace is active (JAX's trace state is per thread):
+    # the cached kernel's mask tables must be concrete constants, never tracers of the
+    # transformation that first asked (ensure_compile_time_eval misses flax's nn.scan).
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(build).result()
+
+
+def _run_splash(q, k, v, bias, pattern):
+    """Splash attention (Pallas TPU): segment ids and a block-sparse local window, no T x T mask.
+
+    The kernel does not scale the logits: q is scaled by 1/sqrt(K) first, in float32.
+    """
+    del bias  # refused
+    _, length, heads, head_dim = q.shape
+    kernel = _splash_kernel(length, heads, pattern.window, _interpret("tpu", "splash"))
+    q = (q.astype(jnp.float32) * head_dim ** -0.5).astype(q.dtype)
+    qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, K]
+    ids = kernel_segment_ids(pattern)  # [B, T]
+    if ids is None:
+        out = jax.vmap(kernel)(qh, kh, vh)
+    else:
+        out = jax.vmap(lambda q1, k1, v1, s: kernel(
+            q1, k1, v1, segment_ids=splash_attention.SegmentIds(s, s)))(qh, kh, vh, ids)
+    return jnp.swapaxes(out, 1, 2)  # [B, T, H, K]
+
+
+def _refuse_splash(q, bias, pattern) -> str | None:
+    del pattern
+    if bias is not None:
+        return "splash attention takes no additive bias (alibi, t5_bias, deberta)"
+    if q.shape[1] % SPLASH_BLOCKS[-1]:
+        return f"splash attention needs T a multiple of {SPLASH_BLOCKS[-1]}, got {q.shape[1]}"
+    if q.dtype not in (jnp.float32, jnp.bfloat16):
+        return f"splash attention runs in float32 or bfloat16, got {q.dtype}"
+    return None
+
+
+PALLAS_GPU_BLOCKS = (128, 32)  # mha's default forward and backward blocks (each min'd with T)
+
+
+def _run_pallas_gpu(q, k, v, bias, pattern):
+    """Pallas Triton flash attention (jax's ops.gpu.attention.mha) with segment ids."""
+    del bias  # refused
+    return pallas_gpu_attention.mha(q, k, v, kernel_segment_ids(pattern),
+                                    sm_scale=q.shape[-1] ** -0.5,
+                                    interpret=_interpret("gpu", "pallas_gpu"))
+
+
+def _refuse_pallas_gpu(q, bias, pattern) -> str | None:
+    length, head_dim = q.shape[1], q.shape[-1]
+    if bias is not None:
+        return "pallas_gpu attention takes no additive bias (alibi, t5_bias, deberta)"
+    if pattern.window:
+        return "pallas_gpu attention has no local window"
+    if any(length % min(b, length) for b in PALLAS_GPU_BLOCKS):
+        return (f"pallas_gpu attention needs T a multiple of its blocks {PALLAS_GPU_BLOCKS}, "
+                f"got {length}")
+    if head_dim < 16:
+        return f"pallas_gpu attention (Triton dots) needs a head dim >= 16, got {head_dim}"
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """run(q, k, v, bias, pattern) -> [B, T, H, K]; refuse(q, bias, pattern) -> a reason or None.
+
+    refuse reads only static facts (shapes, dtypes, the platform, whether a
+    bias or window exists), so the choice is made once at trace time.
+    """
+    run: Any
+    refuse: Any = lambda q, bias, pattern: None
+
+
+ATTENTION_BACKENDS: dict[str, Backend] = {
+    "xla": Backend(_run_xla),
+    "reference": Backend(_run_reference),
+    "cudnn": Backend(_run_cudnn, _refuse_cudnn),
+    "splash": Backend(_run_splash, _refuse_splash),
+    "pallas_gpu": Backend(_run_pallas_gpu, _refuse_pallas_gpu),
+}
+ATTENTION_IMPLEMENTATIONS = ("auto", *ATTENTION_BACKENDS)
+
+
+def choose_backend(implementation: str, q, bias, pattern: AttentionPattern) -> str:
+    """`auto`: splash on TPU, cuDNN on GPU in half precision, else XLA, where each can serve.
+
+    pallas_gpu is never chosen by auto: cuDNN is NVIDIA's tuned kernel, and the
+    two have not been measured against each other here.
+    """
+    if implementation != "auto":
+        return implementation
+    platform = jax.default_backend()
+    if platform == "tpu":
+        reason = _refuse_splash(q, bias, pattern)
+        if reason is None:
+            return "splash"
+        _note_once(f"attention_impl=auto on tpu: {reason}; using xla")
+    if platform == "gpu" and _cudnn_usable(q, bias):
+        return "cudnn"
+    return "xla"
+
+
+def attend(q, k, v, bias=None, pattern: AttentionPattern | None = None,
+           implementation: str = "auto"):
+    """softmax(q k^T / sqrt(K) + bias) v [B, T, H, K] under `pattern`, by the named backend.
+
+    A layer the backend cannot serve takes the dense-mask path, and the reason
+    is logged once: never a silently different computation.
+    """
+    pattern = AttentionPattern() if pattern is None else pattern
+    name = choose_backend(implementation, q, bias, pattern)
+    backend = ATTENTION_BACKENDS[name]
+    reason = backend.refuse(q, bias, pattern)
+    if reason is not None:
+        _note_once(f"attention_impl={name} cannot serve this layer: {reason}; "
+                   "falling back to the dense-mask path")
+        return _run_dense(q, k, v, bias, pattern)
+    return backend.run(q, k, v, bias, pattern)
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with a fused QKV projection."""
     cfg: Any  # model config
@@ -104,7 +382,9 @@ class SelfAttention(nn.Module):
     @nn.compact
     def __call__(self, x, positions, bias=None, mask=None, deterministic=True,
                  rope_theta=None, relative=None):
-        """rope_theta: this layer's RoPE base (ModernBERT's local layers use their own).
+        """mask: this layer's AttentionPattern (or None: every token attends to every token).
+
+        rope_theta: this layer's RoPE base (ModernBERT's local layers use their own).
 
         relative: DeBERTa's (table [2S, D], index [B, T, T]) from the Encoder's
         DisentangledPositions, or None.
@@ -132,14 +412,20 @@ class SelfAttention(nn.Module):
             pos = qkv_proj(table)  # [2S, 3, H, K]
             q, bias = positions_lib.disentangled_attention(q, k, pos[:, 0], pos[:, 1], index, bias)
 
+        pattern = AttentionPattern() if mask is None else mask
         use_dropout = cfg.attention_dropout > 0 and not deterministic
-        if cfg.attention_impl == "reference" or use_dropout:
+        if use_dropout:
+            # No kernel here drops attention probabilities: training with attention dropout
+            # takes the einsum path (dense mask) whatever the backend.
+            if cfg.attention_impl != "reference":
+                _note_once(f"attention_dropout={cfg.attention_dropout}: no kernel applies it; "
+                           f"attention_impl={cfg.attention_impl} uses the dense reference path "
+                           "while dropout is active")
             drop = nn.Dropout(cfg.attention_dropout)
-            out = reference_attention(
-                q, k, v, bias, mask,
-                dropout=(lambda p: drop(p, deterministic=False)) if use_dropout else None)
+            out = reference_attention(q, k, v, bias, pattern.dense(q.shape[1]),
+                                      dropout=lambda p: drop(p, deterministic=False))
         else:
-            out = fused_attention(q, k, v, bias, mask, cfg.attention_impl)  # [B, T, H, K]
+            out = attend(q, k, v, bias, pattern, cfg.attention_impl)  # [B, T, H, K]
         return nn.DenseGeneral(
             features=cfg.hidden_size, axis=(-2, -1), use_bias=cfg.use_bias, dtype=dtype,
             kernel_init=nn.with_logical_partitioning(init, ("heads", "kv", "embed")),

@@ -18,6 +18,7 @@ import ml_collections
 from encoder.model import attention as attention_lib
 from encoder.model import layers
 from encoder.model import positions as positions_lib
+from encoder.model import scan as scan_lib
 
 
 class Embeddings(nn.Module):
@@ -84,17 +85,68 @@ def layer_has_attention_norm(cfg, index: int) -> bool:
     return index > 0 or cfg.get("first_attention_norm", True)
 
 
-REMAT_POLICIES = ("none", "full", "dots")
+# What a rematerialised layer keeps from its forward pass for the backward pass
+# (None: nothing but its input). "none" means no nn.remat at all.
+REMAT_POLICIES = {
+    "none": None,
+    "full": None,
+    "dots": jax.checkpoint_policies.checkpoint_dots,
+    # MaxText's usual choice: keeps the weight matmuls' outputs, recomputes attention's
+    # batched score/mix products (the T x T part).
+    "dots_with_no_batch_dims": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
-def _block_class(cfg):
-    """Block, wrapped in nn.remat when a rematerialisation policy is set."""
-    import jax  # local: only needed here
+def _block_class(cfg, in_scan: bool = False):
+    """Block, wrapped in nn.remat when a rematerialisation policy is set.
+
+    in_scan: inside nn.scan the loop already keeps XLA from merging the
+    recomputation into the forward pass, so prevent_cse's barriers are dropped.
+    """
     if cfg.remat == "none":
         return layers.Block
-    policy = None if cfg.remat == "full" else jax.checkpoint_policies.checkpoint_dots
     # deterministic, rope_theta, attention_norm (self is argument 0) are static
-    return nn.remat(layers.Block, policy=policy, static_argnums=(5, 6, 7))
+    return nn.remat(layers.Block, policy=REMAT_POLICIES[cfg.remat], static_argnums=(5, 6, 7),
+                    prevent_cse=not in_scan)
+
+
+def call_layer(cfg, block, x, index: int, shared: dict, deterministic: bool):
+    """Layer `index` on x [B, T, D]: its static choices (mask, RoPE base, attention norm)
+    come from the index; `shared` holds the per-forward inputs every layer reads."""
+    mask = shared["global_mask"] if layer_is_global(cfg, index) else shared["local_mask"]
+    return block(x, shared["positions"], shared["bias"], mask, deterministic,
+                 layer_rope_theta(cfg, index), layer_has_attention_norm(cfg, index),
+                 shared["relative"])
+
+
+class LayerGroup(nn.Module):
+    """`period` consecutive layers: the body nn.scan repeats (encoder/model/scan.py).
+
+    first: the index of group 0's first layer; member j takes layer first + j's
+    static choices, which every group shares (the pattern repeats every period).
+    """
+    cfg: Any
+    first: int
+    period: int
+
+    @nn.compact
+    def __call__(self, x, shared, deterministic, return_all):
+        block = _block_class(self.cfg, in_scan=True)
+        outs = []
+        for j in range(self.period):
+            x = call_layer(self.cfg, block(self.cfg, name=f"blocks_{j}"), x, self.first + j,
+                           shared, deterministic)
+            outs.append(x)
+        return x, (jnp.stack(outs) if return_all else None)  # [B, T, D], [P, B, T, D]
+
+
+def scanned_groups(cfg, plan: scan_lib.Plan):
+    """nn.scan over the plan's groups: parameters gain a leading [G] axis named 'layers'."""
+    return nn.scan(LayerGroup, variable_axes={"params": 0},
+                   split_rngs={"params": True, "dropout": True},
+                   in_axes=(nn.broadcast, nn.broadcast, nn.broadcast), length=plan.groups,
+                   metadata_params={nn.PARTITION_NAME: scan_lib.SCANNED}
+                   )(cfg, plan.prefix, plan.period, name=scan_lib.SCANNED)
 
 
 class Encoder(nn.Module):
@@ -122,10 +174,14 @@ class Encoder(nn.Module):
         if scheme.disentangled is not None:  # DeBERTa: one relative table for all layers
             self.relative_positions = scheme.disentangled(cfg)
         block = _block_class(cfg)
+        plan = scan_lib.plan(cfg)
         if cfg.share_layers:
             self.shared_block = block(cfg)
-        else:
+        elif plan is None:
             self.blocks = [block(cfg) for _ in range(cfg.num_layers)]
+        else:  # named blocks_{i} like the unrolled layout; the rest live under 'layers'
+            self.blocks = {i: block(cfg) for i in plan.unrolled}
+            self.layers = scanned_groups(cfg, plan)
         if layers.NORM_PLACEMENTS[cfg.norm].final_norm:
             self.final_norm = layers.layer_norm(cfg, "final_norm")
 
@@ -144,16 +200,24 @@ class Encoder(nn.Module):
         bias = self.position_bias(positions) if positions_lib.POSITIONS[cfg.position].bias else None
         relative = (self.relative_positions(positions)  # ([2S, D], [B, T, T])
                     if positions_lib.POSITIONS[cfg.position].disentangled else None)
-        global_mask = attention_lib.make_mask(attention_mask, document_ids)
-        local_mask = (attention_lib.make_mask(attention_mask, document_ids, cfg.local_window, length)
-                      if cfg.local_window else None)
+        # The masks' ingredients, not [B, 1, T, T] arrays: each attention backend builds its own
+        # form (a dense mask, or segment ids and a window for the kernels).
+        global_mask = attention_lib.AttentionPattern(attention_mask, document_ids)
+        local_mask = (global_mask.replace(window=cfg.local_window) if cfg.local_window else None)
 
+        shared = {"positions": positions, "bias": bias, "relative": relative,
+                  "global_mask": global_mask, "local_mask": local_mask}
+        plan = scan_lib.plan(cfg)
         hidden_states = [x]
         for i in range(cfg.num_layers):
+            if plan is not None and i in plan.scanned:
+                if i == plan.prefix:  # the whole scan runs once, at its first layer
+                    x, ys = self.layers(x, shared, deterministic, return_all)  # ys [G, P, B, T, D]
+                    if return_all:
+                        hidden_states.extend(ys.reshape(-1, *ys.shape[2:]))
+                continue
             block = self.shared_block if cfg.share_layers else self.blocks[i]
-            mask = global_mask if layer_is_global(cfg, i) else local_mask
-            x = block(x, positions, bias, mask, deterministic, layer_rope_theta(cfg, i),
-                      layer_has_attention_norm(cfg, i), relative)
+            x = call_layer(cfg, block, x, i, shared, deterministic)
             hidden_states.append(x)
         if layers.NORM_PLACEMENTS[cfg.norm].final_norm:
             x = self.final_norm(x)

@@ -106,7 +106,9 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x, positions, bias, mask, deterministic=True, rope_theta=None,
                  attention_norm=True, relative=None):
-        """rope_theta: this layer's RoPE base (None: cfg.rope_theta); attention_norm=False
+        """mask: this layer's attention_lib.AttentionPattern (padding, documents, window) or
+        None; each attention backend builds its own mask from it.
+        rope_theta: this layer's RoPE base (None: cfg.rope_theta); attention_norm=False
         drops the attention sub-layer's norm (ModernBERT's layer 0, whose input is
         already the normed embeddings). Both are static: they pick the layer's shape.
         relative: DeBERTa's shared (table [2S, D], index [B, T, T]), or None."""

@@ -12,6 +12,7 @@ import ml_collections
 
 from encoder import registry
 from encoder.model import attention, encoder as encoder_lib, heads, layers, positions
+from encoder.model import scan
 from encoder.model.encoder import Embeddings, Encoder
 
 
@@ -34,6 +35,7 @@ def validate_config(cfg, seq_len: int | None = None) -> None:
     registry.lookup({k: k for k in attention.ATTENTION_IMPLEMENTATIONS}, cfg.attention_impl,
                     "attention implementation")
     registry.lookup({k: k for k in encoder_lib.REMAT_POLICIES}, cfg.remat, "remat policy")
+    registry.lookup({k: k for k in scan.SCAN_CHOICES}, scan.scan_choice(cfg), "model.scan_layers")
     registry.lookup({"float32": 0, "bfloat16": 0, "float16": 0}, cfg.dtype, "compute dtype")
     if cfg.hidden_size % cfg.num_heads:
         raise ValueError(f"hidden_size {cfg.hidden_size} is not divisible by num_heads "

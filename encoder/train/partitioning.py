@@ -16,6 +16,7 @@ BATCH_AXES = ("data", "fsdp")
 RULES = (
     ("batch", BATCH_AXES),
     ("embed", "fsdp"),
+    ("layers", None),  # scanned layers' leading axis (encoder/model/scan.py): never split
 )
 
 

@@ -109,22 +109,39 @@ def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum
     return step
 
 
-def init_state(init_params: Callable, tx, mesh, rng):
-    """Sharded initial state: eval_shape -> shardings -> jit(init, out_shardings)."""
+def state_shapes(init_params: Callable, tx, mesh, rng):
+    """(abstract TrainState, its shardings) from shapes alone: nothing is allocated,
+    so a run can be sized (encoder.bench --mode=compile) before it is started."""
     boxed = jax.eval_shape(init_params, rng)
     p_shard = partitioning.param_shardings(boxed, mesh)
-    params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=p_shard)(rng)
+    params = nn.unbox(boxed)
+    opt_state = jax.eval_shape(tx.init, params)
     # Moments take their parameter's sharding, counters are replicated; frozen leaves
     # (multi_transform's MaskedNode) have no state and stay as they are.
     masked = lambda x: isinstance(x, optax.MaskedNode)  # noqa: E731
     o_shard = optax.tree_map_params(
-        tx, lambda x, s: x if masked(x) else s, jax.eval_shape(tx.init, params), p_shard,
+        tx, lambda x, s: x if masked(x) else s, opt_state, p_shard,
         transform_non_params=lambda _: partitioning.replicated(mesh), is_leaf=masked)
-    opt_state = jax.jit(tx.init, out_shardings=o_shard)(params)
     shardings = TrainState(partitioning.replicated(mesh), p_shard, o_shard)
+    return TrainState(jax.ShapeDtypeStruct((), jnp.int32), params, opt_state), shardings
+
+
+def init_state(init_params: Callable, tx, mesh, rng):
+    """Sharded initial state: eval_shape -> shardings -> jit(init, out_shardings)."""
+    _, shardings = state_shapes(init_params, tx, mesh, rng)
+    params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=shardings.params)(rng)
+    opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
     state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), partitioning.replicated(mesh)),
                        params, opt_state)
     return state, shardings
+
+
+def jit_step(step: Callable, shardings, mesh):
+    """The step jit-compiled with the run's shardings and the old state donated."""
+    return jax.jit(step, in_shardings=(shardings, partitioning.batch_sharding(mesh),
+                                       partitioning.replicated(mesh)),
+                   out_shardings=(shardings, partitioning.replicated(mesh)),
+                   donate_argnums=(0,))
 
 
 class Trainer:
@@ -139,11 +156,8 @@ class Trainer:
         self.initial_state, self.shardings = init_state(init_params, tx, mesh,
                                                         jax.random.key(seed))
         self.abstract = store.abstract_like(self.initial_state, self.shardings)
-        step = make_step(loss_fn, tx, prepare, grad_accum, nan_at_step)
-        self.step_fn = jax.jit(step, in_shardings=(self.shardings, self.batch_sharding,
-                                                   self.replicated),
-                               out_shardings=(self.shardings, self.replicated),
-                               donate_argnums=(0,))
+        self.step_fn = jit_step(make_step(loss_fn, tx, prepare, grad_accum, nan_at_step),
+                                self.shardings, mesh)
 
     def jit_eval(self, fn: Callable):
         """jit of fn(params, batch, rng) with the run's shardings."""
