@@ -301,8 +301,8 @@ def read_run(run: dict, root: str) -> dict:
 
 
 def primary_metric(rows: list[dict]) -> str:
-    for key in ("suite/average", "finetune/accuracy", "finetune/f1", "finetune/pearson", "eval/mlm_accuracy",
-                "eval/rtd_accuracy", "eval/loss"):
+    for key in ("suite/average", "finetune/accuracy", "finetune/f1", "finetune/pearson",
+                "eval/mlm_accuracy", "eval/rtd_accuracy", "eval/loss"):
         if all(key in r for r in rows):
             return key
     return "final_train_loss"

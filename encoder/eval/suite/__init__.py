@@ -1,0 +1,11 @@
+"""The downstream suite: a GLUE-style battery, an MTEB-style embedding benchmark and
+per-layer probes, run by `python -m encoder.suite` (encoder/suite.py).
+
+presets.py    the conventions as data (seeds, learning-rate grids, epochs, averages)
+glue.py       GLUE's tasks: files, columns, labels, metrics
+catalog.py    which tasks a folder holds; each task's data prepared for the runs
+runs.py       the fine-tuning runs as resumable, parallel subprocesses
+embedding.py  STS and retrieval scored on frozen embeddings (MTEB's conventions)
+report.py     medians, the learning-rate choice, averages; suite.csv / .md / .png
+battery.py    the whole command, start to finish
+"""

@@ -1,0 +1,320 @@
+"""Which tasks a folder holds, and each task's data prepared for the fine-tuning runs.
+
+A tasks folder holds one folder per task (or is itself one task folder):
+
+  * GLUE's own layout, recognised by the folder's name (glue.py): TSV files
+    read by encoder/data/tasks.py's GLUE reader, GLUE's labels and metrics;
+  * this codebase's JSONL tasks: train.jsonl and dev.jsonl (train.json /
+    dev.json in SQuAD form for qa) and a task.json such as
+    {"type": "regression", "metrics": ["pearson", "spearman"]} (keys:
+    type, metric or metrics, positive_label, max_seq_len; without task.json a
+    folder with train.jsonl is a classification task scored by accuracy);
+  * embedding tasks, scored with no fine-tuning (embedding.py):
+    {"type": "sts"} with test.jsonl pairs {text_a, text_b, label} (or dev.jsonl),
+    or {"type": "retrieval"} in BEIR's layout (corpus.jsonl, queries.jsonl,
+    qrels/test.tsv), which is also recognised without task.json.
+
+Preparation writes every fine-tuned task's splits as JSONL under
+OUT/data/<task>/ (GLUE's files converted, rows with missing columns skipped
+and counted, limits applied), so every run reads one plain format and the
+record of what was read sits beside it (data.json).
+"""
+import dataclasses
+import json
+import os
+
+import numpy as np
+
+from encoder.data import tasks as tasks_lib
+from encoder.eval.suite import glue
+
+# Metrics a JSONL task may name, per task type (eval.json's keys; binary_f1 is the
+# suite's own, from predictions.jsonl), and each type's defaults.
+VALID_KEYS = {
+    "classification": ("accuracy", "macro_f1", "mcc", "binary_f1"),
+    "regression": ("pearson", "spearman"),
+    "tagging": ("entity_f1", "entity_precision", "entity_recall"),
+    "qa": ("exact_match", "f1"),
+    "contrastive": ("recall_at_1",),
+}
+DEFAULT_KEYS = {"classification": ("accuracy",), "regression": ("pearson", "spearman"),
+                "tagging": ("entity_f1",), "qa": ("exact_match", "f1"),
+                "contrastive": ("recall_at_1",)}
+# Embedding tasks: the first metric is MTEB's main score (the task's score).
+EMBEDDING_KEYS = {"sts": ("cosine_spearman",),
+                  "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_1", "recall_at_10",
+                                "recall_at_100")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str    # as reported (f1, accuracy_mm, ...)
+    split: str   # the eval.json split it is read from (dev, or test for MNLI-mm)
+    key: str     # the eval.json key (binary_f1: computed from predictions)
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteTask:
+    name: str
+    kind: str                      # finetune | sts | retrieval
+    type: str                      # a fine-tuning task type, or sts / retrieval
+    folder: str
+    files: dict                    # split -> source file
+    metrics: tuple                 # Metric, ...
+    score_metrics: tuple           # metric names whose mean is the task's score
+    glue: bool = False
+    pair: bool | None = None       # GLUE: the expected columns
+    labels: tuple | None = None    # GLUE: the allowed labels
+    positive: str | None = None    # binary_f1's positive label
+    max_seq_len: int = 0           # 0: the preset's
+
+
+def _read_meta(folder: str) -> dict | None:
+    path = os.path.join(folder, "task.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict) or "type" not in meta:
+        raise tasks_lib.TaskDataError(f"{path}: expected an object with a 'type' field")
+    return meta
+
+
+def _glue_task(name: str, folder: str) -> SuiteTask:
+    spec = glue.GLUE_TASKS[name]
+    files = {split: os.path.join(folder, f) for split, f in glue.files_of(name).items()}
+    metrics = tuple(Metric(*m) for m in spec["metrics"])
+    return SuiteTask(name, "finetune", spec["type"], folder, files, metrics,
+                     tuple(m.name for m in metrics), glue=True, pair=spec["pair"],
+                     labels=spec["labels"], positive=spec.get("positive"))
+
+
+def _first_existing(folder: str, names) -> str | None:
+    return next((os.path.join(folder, n) for n in names
+                 if os.path.exists(os.path.join(folder, n))), None)
+
+
+def _jsonl_task(name: str, folder: str, meta: dict) -> SuiteTask:
+    kind = meta["type"]
+    where = os.path.join(folder, "task.json")
+    if kind in EMBEDDING_KEYS:
+        if kind == "sts":
+            path = _first_existing(folder, ("test.jsonl", "dev.jsonl"))
+            if path is None:
+                raise tasks_lib.TaskDataError(f"{folder}: an sts task needs test.jsonl or "
+                                              "dev.jsonl")
+            files = {"test": path}
+        else:
+            files = retrieval_files(folder)
+        metrics = tuple(Metric(k, "test", k) for k in EMBEDDING_KEYS[kind])
+        return SuiteTask(name, kind, kind, folder, files, metrics, (metrics[0].name,),
+                         max_seq_len=int(meta.get("max_seq_len", 0)))
+    if kind not in VALID_KEYS:
+        raise tasks_lib.TaskDataError(
+            f"{where}: unknown type {kind!r}; valid: {sorted(VALID_KEYS) + sorted(EMBEDDING_KEYS)}")
+    keys = meta.get("metrics", [meta["metric"]] if "metric" in meta else DEFAULT_KEYS[kind])
+    bad = [k for k in keys if k not in VALID_KEYS[kind]]
+    if bad or not keys:
+        raise tasks_lib.TaskDataError(f"{where}: metric(s) {bad or keys} are not reported for "
+                                      f"{kind}; choose from {VALID_KEYS[kind]}")
+    if "binary_f1" in keys and "positive_label" not in meta:
+        raise tasks_lib.TaskDataError(f"{where}: binary_f1 needs 'positive_label'")
+    ext = (".jsonl", ".json") if kind == "qa" else (".jsonl",)
+    files = {}
+    for split in ("train", "dev"):
+        path = _first_existing(folder, [split + e for e in ext])
+        if path is None:
+            raise tasks_lib.TaskDataError(f"{folder}: no {split}.jsonl")
+        files[split] = path
+    metrics = tuple(Metric(k, "dev", k) for k in keys)
+    positive = meta.get("positive_label")
+    return SuiteTask(name, "finetune", kind, folder, files, metrics, tuple(keys),
+                     positive=None if positive is None else str(positive),
+                     max_seq_len=int(meta.get("max_seq_len", 0)))
+
+
+def retrieval_files(folder: str) -> dict:
+    """BEIR's layout: corpus.jsonl, queries.jsonl and qrels/test.tsv (or qrels/dev.tsv)."""
+    qrels = _first_existing(os.path.join(folder, "qrels"), ("test.tsv", "dev.tsv"))
+    files = {"corpus": os.path.join(folder, "corpus.jsonl"),
+             "queries": os.path.join(folder, "queries.jsonl"), "qrels": qrels}
+    missing = [k for k, v in files.items() if v is None or not os.path.exists(v)]
+    if missing:
+        raise tasks_lib.TaskDataError(f"{folder}: a retrieval task needs corpus.jsonl, "
+                                      f"queries.jsonl and qrels/test.tsv; missing {missing}")
+    return files
+
+
+def task_of(folder: str) -> SuiteTask | None:
+    """The task a folder holds, or None when it holds none (e.g. GLUE's diagnostic set)."""
+    name = os.path.basename(os.path.normpath(folder))
+    meta = _read_meta(folder)
+    if meta is not None:
+        return _jsonl_task(name, folder, meta)
+    glue_name = glue.glue_name(name)
+    if glue_name and os.path.exists(os.path.join(folder, "train.tsv")):
+        return _glue_task(glue_name, folder)
+    if all(os.path.exists(os.path.join(folder, f)) for f in ("corpus.jsonl", "queries.jsonl")):
+        return _jsonl_task(name, folder, {"type": "retrieval"})
+    if os.path.exists(os.path.join(folder, "train.jsonl")):
+        return _jsonl_task(name, folder, {"type": "classification"})
+    return None
+
+
+def discover(tasks_dir: str, only: list | None = None) -> tuple[list, list]:
+    """(tasks, skipped folder notes): GLUE tasks in GLUE's order, then the rest by name."""
+    if not os.path.isdir(tasks_dir):
+        raise FileNotFoundError(f"--tasks={tasks_dir!r} is not a folder")
+    single = task_of(tasks_dir)
+    if single is not None:
+        found, notes = [single], []
+    else:
+        found, notes = [], []
+        for entry in sorted(os.listdir(tasks_dir)):
+            folder = os.path.join(tasks_dir, entry)
+            if not os.path.isdir(folder):
+                continue
+            task = task_of(folder)
+            if task is None:
+                notes.append(f"{folder}: no task here (no task.json, GLUE name with train.tsv, "
+                             "train.jsonl or BEIR files); skipped")
+            else:
+                found.append(task)
+    order = list(glue.GLUE_TASKS)
+    found.sort(key=lambda t: (order.index(t.name) if t.glue else len(order),
+                              t.kind != "finetune", t.name))  # fine-tuned, then embedding
+    if only:
+        unknown = sorted(set(only) - {t.name for t in found})
+        if unknown:
+            raise ValueError(f"--only names {unknown}, not among the tasks found: "
+                             f"{[t.name for t in found]}")
+        found = [t for t in found if t.name in only]
+    names = [t.name for t in found]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two task folders resolve to one task name: {names}")
+    if not found:
+        raise FileNotFoundError(f"{tasks_dir}: no tasks found ({'; '.join(notes) or 'empty'})")
+    return found, notes
+
+
+# ------------------------------------------------------------------------ reading
+
+def _check_glue(task: SuiteTask, examples: list[dict], path: str) -> None:
+    """GLUE's columns and labels, as its task defines them; errors name file:line."""
+    want = ("text_a", "text_b") if task.pair else ("text",)
+    shape = "a sentence pair" if task.pair else "one sentence"
+    for ex in examples:
+        if not all(k in ex for k in want):
+            raise tasks_lib.TaskDataError(
+                f"{ex['_where']}: {task.name} expects {shape}; the header of {path} gave "
+                f"{sorted(k for k in ex if k != '_where')}")
+        if "label" not in ex:
+            continue
+        if task.type == "regression":
+            try:
+                ex["label"] = float(ex["label"])
+            except ValueError:
+                raise tasks_lib.TaskDataError(f"{ex['_where']}: {task.name} score "
+                                              f"{ex['label']!r} is not a number") from None
+        elif task.labels is not None and ex["label"] not in task.labels:
+            raise tasks_lib.TaskDataError(f"{ex['_where']}: label {ex['label']!r} is not one of "
+                                          f"{task.name}'s labels {list(task.labels)}")
+
+
+def read_split(task: SuiteTask, split: str) -> tuple[list[dict], list[str]]:
+    """(examples, skipped rows) of one split from the task's own files."""
+    path = task.files[split]
+    skipped: list[str] = []
+    if task.glue:
+        examples = tasks_lib.read_glue_tsv(path, skipped)
+        _check_glue(task, examples, path)
+    else:
+        examples = tasks_lib.read_examples(path, task.type)
+    return examples, skipped
+
+
+# ---------------------------------------------------------------------- preparing
+
+def subsample(examples: list, limit: int, seed: int) -> list:
+    """At most `limit` examples (0: all), a seeded choice kept in file order."""
+    if not limit or len(examples) <= limit:
+        return list(examples)
+    idx = np.sort(np.random.default_rng(seed).choice(len(examples), limit, replace=False))
+    return [examples[i] for i in idx]
+
+
+def per_class(examples: list, k: int, seed: int) -> list:
+    """k examples of each label (all of a rarer one), a seeded choice in file order."""
+    rng = np.random.default_rng(seed)
+    keep = []
+    for label in sorted({str(ex["label"]) for ex in examples}):
+        idx = [i for i, ex in enumerate(examples) if str(ex["label"]) == label]
+        keep += list(rng.permutation(idx)[:k])
+    return [examples[i] for i in sorted(keep)]
+
+
+def write_jsonl(path: str, examples: list) -> None:
+    """Examples as JSONL, rewritten only when the content changes (a resumed run's
+    files keep their bytes), atomically (a killed suite leaves no half file)."""
+    text = "".join(json.dumps({k: v for k, v in ex.items() if k != "_where"}) + "\n"
+                   for ex in examples)
+    if os.path.exists(path):
+        with open(path) as f:
+            if f.read() == text:
+                return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """Where a fine-tuned task's runs read their data."""
+    train: dict      # seed -> train file (one file for all seeds when nothing is drawn)
+    dev: str
+    test: str = ""   # MNLI's mismatched dev set (read back as eval.json's test)
+    record: dict = dataclasses.field(default_factory=dict)
+
+
+def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
+            max_eval: int = 0, train_per_class: int = 0) -> Prepared:
+    """Writes the task's splits under data_root/<task>/ and says which file each run reads.
+
+    max_train / train_per_class draw a training subset per seed (the subset's luck is
+    part of what the spread over seeds measures, as in few-shot evaluation);
+    max_eval draws one fixed dev subset for every run.
+    """
+    out = os.path.join(data_root, task.name)
+    os.makedirs(out, exist_ok=True)
+    record = {"task": task.name, "type": task.type, "files": task.files, "skipped": {},
+              "rows": {}}
+    train, skipped = read_split(task, "train")
+    record["skipped"]["train"] = skipped
+    record["rows"]["train"] = len(train)
+    if train_per_class and task.type != "classification":
+        train_per_class = 0  # per-class draws mean nothing without classes
+    drawn = bool(max_train or train_per_class)
+    train_files = {}
+    for seed in (seeds if drawn else [None]):
+        subset = (per_class(train, train_per_class, seed) if train_per_class
+                  else subsample(train, max_train, seed) if max_train else train)
+        path = os.path.join(out, "train.jsonl" if seed is None else f"train.seed{seed}.jsonl")
+        write_jsonl(path, subset)
+        for s in (seeds if seed is None else [seed]):
+            train_files[s] = path
+    files = {}
+    for split in ("dev", "test"):
+        if split not in task.files:
+            continue
+        examples, skipped = read_split(task, split)
+        record["skipped"][split] = skipped
+        record["rows"][split] = len(examples)
+        examples = subsample(examples, max_eval, 0)
+        files[split] = os.path.join(out, f"{split}.jsonl")
+        write_jsonl(files[split], examples)
+    record["used"] = {"train_per_seed": max_train or train_per_class or None,
+                      "train_per_class": train_per_class or None, "max_eval": max_eval or None}
+    with open(os.path.join(out, "data.json"), "w") as f:
+        json.dump(record, f, indent=1)
+    return Prepared(train_files, files["dev"], files.get("test", ""), record)

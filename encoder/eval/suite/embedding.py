@@ -1,0 +1,138 @@
+"""The embedding benchmark in MTEB's conventions: frozen sentence vectors, no fine-tuning.
+
+STS: Spearman correlation between the cosine similarity of each pair's two
+vectors and the gold score (MTEB's main STS score, cos_sim spearman).
+Retrieval (BEIR's layout: corpus.jsonl {_id, title, text}, queries.jsonl
+{_id, text}, qrels/test.tsv query-id, corpus-id, score): documents are
+embedded as "title text" (as MTEB's sentence-transformers path joins them),
+ranked by cosine similarity to each query, and scored with nDCG@10 (MTEB's
+main retrieval score), MRR@10 and recall@{1, 10, 100} (encoder/eval/metrics.py).
+
+Vectors come from encoder/eval/intrinsic.py's embed_texts (the `embed` job's
+pooling and L2 normalisation), so a contrastively fine-tuned workdir or an
+imported sentence encoder is scored the way MTEB scores it.
+"""
+import csv
+import json
+import os
+
+import numpy as np
+
+from encoder.data import tasks as tasks_lib
+from encoder.eval import intrinsic, metrics
+from encoder.eval.suite import catalog
+
+RECALL_AT = (1, 10, 100)
+
+
+def encoder_fn(model_cfg, params, tokenizer, pooling: str, max_len: int,
+               batch_size: int = 64):
+    """texts -> [N, D] unit vectors."""
+    def encode(texts):
+        return intrinsic.embed_texts(model_cfg, params, tokenizer, list(texts), pooling,
+                                     max_len, batch_size)
+    return encode
+
+
+def read_sts(path: str, max_eval: int = 0) -> list[dict]:
+    """Pairs {text_a, text_b, label: number}; a subset (fixed seed) when max_eval is set."""
+    examples = tasks_lib.read_jsonl(path, "regression")
+    for ex in examples:
+        if "text_b" not in ex or isinstance(ex.get("label"), bool) or not isinstance(
+                ex.get("label"), (int, float)):
+            raise tasks_lib.TaskDataError(f"{ex['_where']}: an STS pair needs text_a, text_b "
+                                          "and a numeric label")
+    return catalog.subsample(examples, max_eval, 0)
+
+
+def sts_scores(encode, examples: list[dict]) -> dict:
+    a = encode([ex["text_a"] for ex in examples])  # [N, D]
+    b = encode([ex["text_b"] for ex in examples])  # [N, D]
+    return {"cosine_spearman": metrics.cosine_spearman(a, b, [ex["label"] for ex in examples])}
+
+
+def _read_rows(path: str) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise tasks_lib.TaskDataError(f"{path}:{line_no}: not valid JSON "
+                                                  f"({e.msg})") from None
+                if "_id" not in row or "text" not in row:
+                    raise tasks_lib.TaskDataError(f"{path}:{line_no}: needs _id and text")
+                rows.append(row)
+    return rows
+
+
+def read_qrels(path: str) -> dict:
+    """query id -> {doc id: grade}, from BEIR's TSV (header query-id, corpus-id, score)."""
+    qrels: dict = {}
+    with open(path, encoding="utf-8", newline="") as f:
+        for line_no, row in enumerate(csv.reader(f, delimiter="\t"), 1):
+            if line_no == 1 and row and row[0] == "query-id":
+                continue
+            if len(row) < 3:
+                raise tasks_lib.TaskDataError(f"{path}:{line_no}: expected query-id, corpus-id, "
+                                              "score")
+            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
+    return qrels
+
+
+def read_retrieval(files: dict, max_eval: int = 0, seed: int = 0):
+    """(corpus, queries, qrels). max_eval keeps that many judged queries and shrinks the
+    corpus to their relevant documents plus 8x as many others (smoke runs only: the
+    full benchmark keeps every document)."""
+    corpus, queries = _read_rows(files["corpus"]), _read_rows(files["queries"])
+    qrels = read_qrels(files["qrels"])
+    queries = [q for q in queries if q["_id"] in qrels]
+    if max_eval and len(queries) > max_eval:
+        queries = catalog.subsample(queries, max_eval, seed)
+        qrels = {q["_id"]: qrels[q["_id"]] for q in queries}
+        relevant = {d for rel in qrels.values() for d in rel}
+        others = [d for d in corpus if d["_id"] not in relevant]
+        corpus = [d for d in corpus if d["_id"] in relevant] + catalog.subsample(
+            others, 8 * max_eval, seed)
+    return corpus, queries, qrels
+
+
+def rank(query_vecs: np.ndarray, doc_vecs: np.ndarray, doc_ids: list, k: int) -> list[list]:
+    """Each query's top-k document ids by cosine similarity of unit vectors, best first."""
+    sims = query_vecs @ doc_vecs.T  # [Q, N]
+    k = min(k, doc_vecs.shape[0])
+    top = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # [Q, k]
+    return [[doc_ids[j] for j in row] for row in top]
+
+
+def retrieval_scores(encode, corpus, queries, qrels) -> dict:
+    docs = encode([(d.get("title", "") + " " + d["text"]).strip() for d in corpus])
+    q = encode([x["text"] for x in queries])
+    ranked = rank(q, docs, [d["_id"] for d in corpus], max(RECALL_AT))
+    rankings = {x["_id"]: r for x, r in zip(queries, ranked)}
+    return metrics.retrieval_scores(rankings, qrels, RECALL_AT)
+
+
+def evaluate(task, encode, max_eval: int = 0) -> dict:
+    """{metric: value} of one embedding task (catalog.SuiteTask of kind sts or retrieval)."""
+    if task.kind == "sts":
+        return sts_scores(encode, read_sts(task.files["test"], max_eval))
+    if task.kind == "retrieval":
+        return retrieval_scores(encode, *read_retrieval(task.files, max_eval))
+    raise ValueError(f"{task.name}: not an embedding task ({task.kind})")
+
+
+def cached(path: str, key: dict, compute):
+    """compute() once per key: a finished evaluation is read back, not redone."""
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        if saved.get("key") == key:
+            return saved["metrics"]
+    result = compute()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w") as f:
+        json.dump({"key": key, "metrics": result}, f, indent=1)
+    os.replace(path + ".tmp", path)
+    return result

@@ -1,0 +1,243 @@
+"""From run results to the suite's table: scores, the learning-rate choice, medians, averages.
+
+Every metric is reported in percent (GLUE's and MTEB's habit; SQuAD's EM and
+F1 already are). A run's score for a task is the mean of the task's score
+metrics (GLUE: a task with two metrics is their mean). For each learning rate
+the median over seeds is taken; the learning rate with the best median is
+chosen; the task reports that median, the spread over its seeds (sample
+standard deviation, min and max) and the per-metric medians at that rate.
+The average follows the preset's rule (presets.AVERAGES) over the tasks that
+have a score; the table says which are missing.
+
+Writes OUT/suite.json (everything, read by encoder.ablate --suite), suite.csv
+(one row per task), runs.csv (one row per run), suite.md and suite.png.
+"""
+import csv
+import json
+import math
+import os
+
+import numpy as np
+
+from encoder.eval import metrics as metrics_lib
+from encoder.eval.suite import presets
+
+PERCENT_KEYS = ("exact_match", "f1")  # SQuAD's scores are percentages already
+
+
+def percent(key: str, value: float) -> float:
+    return float(value) if key in PERCENT_KEYS else 100.0 * float(value)
+
+
+def read_labels(path: str, key: str = "label") -> list:
+    with open(path) as f:
+        return [str(json.loads(line)[key]) for line in f if line.strip()]
+
+
+def run_metrics(task, run_dir: str, gold_files: dict) -> dict:
+    """{metric name: percent} of one finished fine-tuning run (catalog.SuiteTask `task`).
+
+    gold_files: split -> the prepared JSONL the run was scored on (binary_f1 reads
+    the gold labels from it and the predicted ones from predictions.jsonl).
+    """
+    with open(os.path.join(run_dir, "eval.json")) as f:
+        ev = json.load(f)
+    preds = None
+    out = {}
+    for m in task.metrics:
+        if m.key == "binary_f1":
+            if preds is None:
+                with open(os.path.join(run_dir, "predictions.jsonl")) as f:
+                    preds = [json.loads(line) for line in f if line.strip()]
+            pred = [str(p["label"]) for p in preds if p["split"] == m.split]
+            out[m.name] = 100.0 * metrics_lib.binary_f1(read_labels(gold_files[m.split]), pred,
+                                                        task.positive)
+        else:
+            if m.key not in ev.get(m.split, {}):
+                raise KeyError(f"{run_dir}/eval.json has no {m.split}/{m.key}")
+            out[m.name] = percent(m.key, ev[m.split][m.key])
+    return out
+
+
+def score_metrics(task, rule: str) -> tuple:
+    """The metric names a task's score averages under an average rule."""
+    return presets.AVERAGES[rule]["metrics"].get(task.name, task.score_metrics) \
+        if task.glue else task.score_metrics
+
+
+def task_score(values: dict, names) -> float:
+    return float(np.mean([values[n] for n in names]))
+
+
+def summarize(task, rows: list, rule: str) -> dict:
+    """The task's line of the table from its runs' rows ({lr, seed, metrics}).
+
+    lr is None for embedding tasks (no fine-tuning). Rows of failed runs are absent.
+    """
+    names = score_metrics(task, rule)
+    by_lr: dict = {}
+    for r in rows:
+        by_lr.setdefault(r["lr"], []).append(r)
+    medians = {lr: float(np.median([task_score(r["metrics"], names) for r in rs]))
+               for lr, rs in by_lr.items()}
+    order = list(medians)
+    best = max(medians, key=lambda lr: (medians[lr] if math.isfinite(medians[lr]) else -math.inf,
+                                        -order.index(lr)))  # ties: the grid's first
+    chosen = by_lr[best]
+    scores = np.array([task_score(r["metrics"], names) for r in chosen])
+    metric_names = [m.name for m in task.metrics]
+    return {
+        "task": task.name, "kind": task.kind, "type": task.type, "glue": task.glue,
+        "score_metrics": list(names), "lr": best, "seeds": len(chosen),
+        "median": float(np.median(scores)),
+        "sd": float(np.std(scores, ddof=1)) if len(scores) > 1 else 0.0,
+        "min": float(scores.min()), "max": float(scores.max()),
+        "metrics": {n: float(np.median([r["metrics"][n] for r in chosen])) for n in metric_names},
+        "per_lr": {("-" if lr is None else f"{lr:g}"): v for lr, v in medians.items()},
+    }
+
+
+def averages(summaries: list, rule: str) -> dict:
+    """average (every task with a score), glue (GLUE tasks, the rule's way), finetune, embedding."""
+    exclude = set(presets.AVERAGES[rule]["exclude"])
+    used = [s for s in summaries if not (s["glue"] and s["task"] in exclude)]
+    out = {}
+    groups = {"average": used, "glue": [s for s in used if s["glue"]],
+              "finetune": [s for s in used if s["kind"] == "finetune"],
+              "embedding": [s for s in used if s["kind"] != "finetune"]}
+    for name, group in groups.items():
+        if group:
+            # GLUE's rule: each task's score is already the mean of its metrics.
+            out[name] = metrics_lib.glue_score(
+                {s["task"]: {"score": s["median"]} for s in group})
+            out[f"{name}_tasks"] = [s["task"] for s in group]
+    return out
+
+
+# -------------------------------------------------------------------------- files
+
+def write_runs_csv(path: str, rows: list) -> None:
+    keys = sorted({k for r in rows for k in r["metrics"]})
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "lr", "seed", "score", *keys, "dir"])
+        for r in rows:
+            w.writerow([r["task"], "" if r["lr"] is None else f"{r['lr']:g}", r["seed"],
+                        f"{r['score']:.4f}", *[r["metrics"].get(k, "") for k in keys],
+                        r.get("dir", "")])
+
+
+def write_suite_csv(path: str, summaries: list, avg: dict) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "kind", "type", "score_metrics", "median", "sd", "min", "max",
+                    "seeds", "lr", "metrics"])
+        for s in summaries:
+            w.writerow([s["task"], s["kind"], s["type"], "+".join(s["score_metrics"]),
+                        f"{s['median']:.4f}", f"{s['sd']:.4f}", f"{s['min']:.4f}",
+                        f"{s['max']:.4f}", s["seeds"], "" if s["lr"] is None else f"{s['lr']:g}",
+                        json.dumps({k: round(v, 4) for k, v in s["metrics"].items()})])
+        for name in ("average", "glue", "finetune", "embedding"):
+            if name in avg:
+                w.writerow([name, "average", "", "", f"{avg[name]:.4f}", "", "", "", "", "",
+                            json.dumps(avg[f"{name}_tasks"])])
+
+
+AVERAGE_LABELS = {"average": "**average**", "glue": "GLUE score",
+                  "finetune": "fine-tuned tasks", "embedding": "embedding tasks"}
+
+
+def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: list,
+             data_notes: list, probe_table: dict | None = None) -> str:
+    lines = ["# Downstream suite", ""]
+    lines += [f"- {k}: {v}" for k, v in header.items()]
+    lines += ["", "Scores in percent. Fine-tuned tasks: dev set, median over seeds at the "
+              "learning rate whose median is best; spread = sample sd and min-max over those "
+              "seeds. Embedding tasks: no fine-tuning (MTEB's main score).", "",
+              "| task | type | score = mean of | median | sd | min-max | seeds | lr | "
+              "per metric (median) |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        per = ", ".join(f"{k} {v:.1f}" for k, v in s["metrics"].items())
+        lr = "-" if s["lr"] is None else f"{s['lr']:g}"
+        lines.append(f"| {s['task']} | {s['type']} | {' + '.join(s['score_metrics'])} | "
+                     f"{s['median']:.2f} | {s['sd']:.2f} | {s['min']:.1f}-{s['max']:.1f} | "
+                     f"{s['seeds']} | {lr} | {per} |")
+    for name in ("average", "glue", "finetune", "embedding"):
+        if name in avg:
+            lines.append(f"| {AVERAGE_LABELS[name]} ({len(avg[name + '_tasks'])} tasks) | | | "
+                         f"**{avg[name]:.2f}** | | | | | |")
+    if missing:
+        lines += ["", f"No score (every run failed): {', '.join(missing)}; the averages leave "
+                  "them out."]
+    grid = [s for s in summaries if len(s["per_lr"]) > 1]
+    if grid:
+        lines += ["", "Median score per learning rate:", ""]
+        lines += [f"- {s['task']}: " + ", ".join(f"{lr} {v:.2f}" for lr, v in s["per_lr"].items())
+                  for s in grid]
+    if failures:
+        lines += ["", "Failed runs:", ""] + [f"- {f}" for f in failures]
+    if data_notes:
+        lines += ["", "Data:", ""] + [f"- {n}" for n in data_notes]
+    if probe_table:
+        depth = max(len(v["layers"]) for v in probe_table.values())
+        lines += ["", "Per-layer linear probes (dev score of a linear model on each layer's "
+                  "mean-pooled features; emb = the embeddings; in brackets the best "
+                  "shuffled-label control):", "",
+                  "| task | " + " | ".join("emb" if l == 0 else str(l) for l in range(depth)) +
+                  " | control |", "|---" * (depth + 2) + "|"]
+        for name, v in probe_table.items():
+            lines.append(f"| {name} | " + " | ".join(f"{x:.3f}" for x in v["layers"]) +
+                         f" | ({max(v['control']):.3f}) |")
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(path: str, summaries: list, avg: dict, title: str) -> None:
+    """One bar per task (median, min-max whiskers), the average last."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = [s["task"] for s in summaries] + (["average"] if "average" in avg else [])
+    values = [s["median"] for s in summaries] + ([avg["average"]] if "average" in avg else [])
+    low = [s["median"] - s["min"] for s in summaries] + [0.0] * ("average" in avg)
+    high = [s["max"] - s["median"] for s in summaries] + [0.0] * ("average" in avg)
+    colors = [("C0" if s["kind"] == "finetune" else "C2") for s in summaries] + ["C3"] * (
+        "average" in avg)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(names), 4.5))
+    ax.bar(range(len(names)), values, yerr=[low, high], capsize=3, color=colors)
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("score (%)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_all(root: str, tasks: list, rows: list, rule: str, header: dict, failures: list,
+              data_notes: list, probe_table: dict | None = None) -> dict:
+    """Every report file from the runs' rows; returns suite.json's content."""
+    summaries, missing = [], []
+    for task in tasks:
+        task_rows = [r for r in rows if r["task"] == task.name]
+        if task_rows:
+            summaries.append(summarize(task, task_rows, rule))
+        else:
+            missing.append(task.name)
+    avg = averages(summaries, rule)
+    result = {"header": header, "tasks": summaries, "averages": avg, "missing": missing,
+              "failures": [str(f) for f in failures], "probes": probe_table}
+    with open(os.path.join(root, "suite.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    write_suite_csv(os.path.join(root, "suite.csv"), summaries, avg)
+    write_runs_csv(os.path.join(root, "runs.csv"), rows)
+    text = markdown(summaries, avg, header, [str(f) for f in failures], missing, data_notes,
+                    probe_table)
+    with open(os.path.join(root, "suite.md"), "w") as f:
+        f.write(text)
+    if summaries:
+        bar_chart(os.path.join(root, "suite.png"), summaries, avg,
+                  f"{header.get('source', '')} ({header.get('preset', '')})")
+    print(text, flush=True)
+    return result

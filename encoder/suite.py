@@ -1,0 +1,72 @@
+"""The downstream verdict in one command: a GLUE-style battery, embeddings and probes.
+
+    python -m encoder.suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
+        [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
+        [--probe] [--random_init] [--train_per_class=K]
+
+Without --tasks it builds the embedded default suite from the standard
+library's documentation (every task type). Writes OUT/suite.csv, suite.md,
+suite.png, suite.json and runs.csv; every fine-tuning run is a workdir under
+OUT/runs/<task>/<lr>/<seed>/, finished ones are skipped and interrupted ones
+resumed. The conventions are in encoder/eval/suite/presets.py.
+"""
+from absl import app, flags, logging
+
+flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
+                    "folder, or hf:DIR", required=True)
+flags.DEFINE_string("workdir", None, "the suite's output folder", required=True)
+flags.DEFINE_string("tasks", "", "a folder of task folders (GLUE's layout, JSONL with "
+                    "task.json, STS, BEIR retrieval); empty: the embedded default suite")
+flags.DEFINE_string("preset", "default", "conventions: default | runlocal | electra | "
+                    "roberta | modernbert | bert (encoder/eval/suite/presets.py)")
+flags.DEFINE_integer("seeds", 0, "seeds per learning rate (0: the preset's)")
+flags.DEFINE_list("learning_rates", [], "the learning-rate grid (empty: the preset's)")
+flags.DEFINE_integer("epochs", -1, "epochs for every task (-1: the preset's per task)")
+flags.DEFINE_integer("parallel", 1, "fine-tuning runs at once")
+flags.DEFINE_bool("probe", False, "per-layer linear probes (layer x task table, heatmap)")
+flags.DEFINE_bool("random_init", False, "the same architecture and tokenizer from random "
+                  "initialisation: the control for every pretraining claim")
+flags.DEFINE_string("pooling", "", "fine-tuning pooling (empty: the preset's)")
+flags.DEFINE_string("embedding_pooling", "mean", "pooling for the embedding tasks")
+flags.DEFINE_integer("max_train", -1, "training examples per task and seed (-1: preset; 0: all)")
+flags.DEFINE_integer("max_eval", -1, "dev examples / queries per task (-1: preset; 0: all)")
+flags.DEFINE_integer("train_per_class", 0, "few-shot regime: k training examples per class "
+                     "(classification tasks; drawn per seed)")
+flags.DEFINE_enum("intermediate", "preset", ["preset", "on", "off"],
+                  "start RTE, MRPC and STS-B from the fine-tuned MNLI model")
+flags.DEFINE_list("only", [], "run only these tasks")
+flags.DEFINE_multi_string("finetune_set", [], "field=value for every fine-tuning run, e.g. "
+                          "finetune.layer_decay=0.8 (repeatable)")
+flags.DEFINE_integer("probe_max_train", 2000, "training examples per probe")
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
+    from encoder.data.tasks import TaskDataError
+    from encoder.eval.suite import battery
+    f = FLAGS
+    try:
+        lrs = tuple(float(x) for x in f.learning_rates)
+    except ValueError:
+        raise app.UsageError(f"--learning_rates must be numbers, got {f.learning_rates}") from None
+    opts = battery.SuiteOptions(
+        init_from=f.init_from, workdir=f.workdir, tasks=f.tasks, preset=f.preset,
+        seeds=f.seeds, learning_rates=lrs, epochs=f.epochs, parallel=f.parallel,
+        probe=f.probe, random_init=f.random_init, pooling=f.pooling,
+        embedding_pooling=f.embedding_pooling, max_train=f.max_train, max_eval=f.max_eval,
+        train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
+        finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train)
+    try:
+        result = battery.run_suite(opts)
+    except (TaskDataError, FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    if result["failed"]:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,392 @@
+"""The downstream suite: GLUE's exact layouts, metrics by hand, the learning-rate choice,
+the embedded battery, resume without repeats, failures reported, one run end to end."""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from encoder.data import stdlib_tasks
+from encoder.data import tasks as tasks_lib
+from encoder.eval import metrics
+from encoder.eval.suite import battery, catalog, embedding, presets, report, runs as runs_lib
+from helpers import ROOT, topic_task
+
+# --------------------------------------------------------------------------- GLUE files
+
+MNLI_TRAIN = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+MNLI_DEV = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+            "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\t"
+            "label4\tlabel5\tgold_label")
+STSB = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+
+
+def _mnli_row(i, a, b, label, dev=False):
+    labels = [label] * (5 if dev else 1)
+    return "\t".join([str(i), "31193", "31193n", "government", "( ( x ) )", "( y )", "(ROOT x)",
+                      "(ROOT y)", a, b, *labels, label])
+
+
+def write_glue(root) -> str:
+    """Every GLUE task in its download layout (headers, BOM, header-less CoLA, MNLI's two
+    dev sets, STS-B floats, a short QQP row), two or three rows a file."""
+    files = {
+        "CoLA/train.tsv": "gj04\t1\t\tOur friends won't buy this analysis.\n"
+                          "gj04\t0\t*\tThey drank the pub.\n",
+        "CoLA/dev.tsv": "gj04\t1\t\tThe sailors rode the breeze.\n",
+        "CoLA/test.tsv": "index\tsentence\n0\tBill whistled past the house.\n",
+        "SST-2/train.tsv": "sentence\tlabel\nhide new secretions \t0\ngreat fun \t1\n",
+        "SST-2/dev.tsv": "sentence\tlabel\nit 's a charming journey . \t1\n",
+        "MRPC/train.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                          "1\t702876\t702977\tAmrozi accused him .\tHe accused Amrozi .\n"
+                          "0\t2108705\t2108831\tYucaipa owned it .\tYucaipa bought it .\n",
+        "MRPC/dev.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                        "1\t1355540\t1355592\tHe said so .\tHe told us so .\n",
+        "QQP/train.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                         "133273\t213221\t213222\tHow is the life?\tHow is life?\t1\n"
+                         "402555\t536040\t536041\tHow do I learn?\n"
+                         "360472\t364011\t490273\tWhat is X?\tWho is Y?\t0\n",
+        "QQP/dev.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                       "1\t2\t3\tWhy is the sky blue?\tWhy blue sky?\t1\n",
+        "STS-B/train.tsv": f"{STSB}\n0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\t"
+                           "A plane is taking off.\tAn air plane is taking off.\t5.000\n"
+                           f"1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man plays."
+                           "\tA dog runs.\t0.500\n",
+        "STS-B/dev.tsv": f"{STSB}\n0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\t"
+                         "A man with a hard hat.\tA man wearing a hard hat.\t4.750\n",
+        "MNLI/train.tsv": MNLI_TRAIN + "\n" + _mnli_row(0, "Conceptually cream.", "Cream is.",
+                                                        "neutral") + "\n" +
+                          _mnli_row(1, "You know.", "You do not.", "contradiction") + "\n",
+        "MNLI/dev_matched.tsv": MNLI_DEV + "\n" + _mnli_row(0, "The new rights.", "Rights.",
+                                                            "entailment", dev=True) + "\n",
+        "MNLI/dev_mismatched.tsv": MNLI_DEV + "\n" + _mnli_row(0, "Your gift.", "A gift.",
+                                                               "neutral", dev=True) + "\n",
+        "QNLI/train.tsv": "index\tquestion\tsentence\tlabel\n0\tWhen?\tIn 1990.\tentailment\n"
+                          "1\tWho?\tNobody knows.\tnot_entailment\n",
+        "QNLI/dev.tsv": "index\tquestion\tsentence\tlabel\n0\tWhere?\tIn Paris.\tentailment\n",
+        "RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tNo war.\tWar.\tnot_entailment\n"
+                         "1\tA cat sat.\tA cat.\tentailment\n",
+        "RTE/dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tDana won.\tDana.\tentailment\n",
+        "WNLI/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tI stuck a pin.\tIt had.\t1\n"
+                          "1\tJohn saw Bill.\tBill saw.\t0\n",
+        "WNLI/dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tThe drain is clogged.\tIt is.\t0\n",
+        "diagnostic/diagnostic.tsv": "index\tsentence1\tsentence2\n0\ta\tb\n",
+    }
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return str(root)
+
+
+def _read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_every_glue_task_is_read_into_its_columns_labels_and_metrics(tmp_path):
+    root = write_glue(tmp_path / "glue")
+    tasks, notes = catalog.discover(root)
+    assert [t.name for t in tasks] == ["CoLA", "SST-2", "MRPC", "QQP", "STS-B", "MNLI", "QNLI",
+                                       "RTE", "WNLI"]
+    assert len(notes) == 1 and "diagnostic" in notes[0]  # no train.tsv: not a task
+    by = {t.name: t for t in tasks}
+    assert {n: [m.name for m in t.metrics] for n, t in by.items()} == {
+        "CoLA": ["mcc"], "SST-2": ["accuracy"], "MRPC": ["f1", "accuracy"],
+        "QQP": ["f1", "accuracy"], "STS-B": ["pearson", "spearman"],
+        "MNLI": ["accuracy_m", "accuracy_mm"], "QNLI": ["accuracy"], "RTE": ["accuracy"],
+        "WNLI": ["accuracy"]}
+    assert by["STS-B"].type == "regression" and by["MRPC"].positive == "1"
+    prepared = {t.name: catalog.prepare(t, str(tmp_path / "data"), [0]) for t in tasks}
+    first = {n: _read_jsonl(p.train[0])[0] for n, p in prepared.items()}
+    assert first["CoLA"] == {"text": "Our friends won't buy this analysis.", "label": "1"}
+    assert first["SST-2"] == {"text": "hide new secretions ", "label": "0"}
+    assert first["MRPC"] == {"text_a": "Amrozi accused him .", "text_b": "He accused Amrozi .",
+                             "label": "1"}  # the BOM did not hide the Quality column
+    assert first["QQP"] == {"text_a": "How is the life?", "text_b": "How is life?", "label": "1"}
+    assert first["STS-B"] == {"text_a": "A plane is taking off.",
+                              "text_b": "An air plane is taking off.", "label": 5.0}
+    assert first["MNLI"] == {"text_a": "Conceptually cream.", "text_b": "Cream is.",
+                             "label": "neutral"}  # gold_label, not label1
+    assert first["QNLI"] == {"text_a": "When?", "text_b": "In 1990.", "label": "entailment"}
+    assert first["RTE"]["label"] == "not_entailment" and first["WNLI"]["label"] == "1"
+    # QQP's short row is skipped and counted, never silently read
+    assert prepared["QQP"].record["skipped"]["train"] == [f"{root}/QQP/train.tsv:3"]
+    assert len(_read_jsonl(prepared["QQP"].train[0])) == 2
+    # MNLI: matched is the dev file, mismatched the run's test file (eval.json's test)
+    assert _read_jsonl(prepared["MNLI"].dev)[0]["text_a"] == "The new rights."
+    assert _read_jsonl(prepared["MNLI"].test)[0]["label"] == "neutral"
+    assert prepared["CoLA"].test == ""  # GLUE's unlabelled test.tsv is not a dev set
+
+
+def test_glue_labels_and_columns_are_checked(tmp_path):
+    root = write_glue(tmp_path / "glue")
+    with open(os.path.join(root, "RTE", "dev.tsv"), "a") as f:
+        f.write("1\tA.\tB.\tmaybe\n")
+    rte = catalog.task_of(os.path.join(root, "RTE"))
+    with pytest.raises(tasks_lib.TaskDataError, match=r"RTE/dev.tsv:3: label 'maybe' is not one "
+                                                      "of RTE's labels"):
+        catalog.read_split(rte, "dev")
+    os.makedirs(tmp_path / "g2" / "SST-2")
+    (tmp_path / "g2" / "SST-2" / "train.tsv").write_text(
+        "index\tsentence1\tsentence2\tlabel\n0\ta\tb\t1\n")
+    with pytest.raises(tasks_lib.TaskDataError, match="SST-2 expects one sentence"):
+        catalog.read_split(catalog.task_of(str(tmp_path / "g2" / "SST-2")), "train")
+
+
+# ------------------------------------------------------------------------- metrics
+
+def test_metrics_match_hand_computed_values():
+    # binary F1: tp 2, predicted positives 3, gold positives 3 -> P = R = F1 = 2/3
+    assert metrics.binary_f1([1, 1, 0, 0, 1], [1, 0, 0, 1, 1], 1) == pytest.approx(2 / 3)
+    assert metrics.binary_f1(["0", "1"], ["0", "0"], "1") == 0.0
+    # MCC: TP 1, TN 2, FP 0, FN 1 -> (1*2 - 0*1) / sqrt(1 * 2 * 2 * 3)
+    assert metrics.mcc([1, 1, 0, 0], [1, 0, 0, 0]) == pytest.approx(2 / math.sqrt(12))
+    # Pearson: deviations (-1.5,-.5,.5,1.5) and (-1.5,.5,-.5,1.5): 4 / 5; ranks are the values
+    assert metrics.pearson([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+    assert metrics.spearman([1, 2, 3, 4], [10, 30, 20, 40]) == pytest.approx(0.8)
+    # STS: cosines 1, 0.707, 0 (any norm), against gold ranks
+    a, b = [[1, 0], [2, 0], [1, 0]], [[3, 0], [1, 1], [0, 5]]
+    assert metrics.cosine_spearman(a, b, [5, 3, 1]) == pytest.approx(1.0)
+    assert metrics.cosine_spearman(a, b, [0, 1, 2]) == pytest.approx(-1.0)
+    # nDCG@10, graded: DCG = 0 + 1/log2(3) + 2/log2(4); IDCG = 2 + 1/log2(3)
+    rel = {"d2": 1, "d3": 2}
+    dcg, idcg = 1 / math.log2(3) + 1.0, 2.0 + 1 / math.log2(3)
+    assert metrics.ndcg_at_k(["d1", "d2", "d3"], rel) == pytest.approx(dcg / idcg)
+    assert metrics.ndcg_at_k(["d3", "d2"], rel) == pytest.approx(1.0)
+    assert metrics.ndcg_at_k([f"x{i}" for i in range(10)] + ["d3"], rel) == 0.0  # past k
+    assert metrics.mrr_at_k(["d1", "d2", "d3"], rel) == 0.5
+    assert metrics.mrr_at_k([f"x{i}" for i in range(10)] + ["d2"], rel) == 0.0
+    three = {"d2": 1, "d3": 1, "d9": 1}
+    assert metrics.recall_at_k(["d1", "d2", "d3"], three, 2) == pytest.approx(1 / 3)
+    assert metrics.recall_at_k(["d1", "d2", "d3"], three, 3) == pytest.approx(2 / 3)
+    scores = metrics.retrieval_scores({"q1": ["d1", "d2"], "q2": ["d5", "d4"], "q3": ["d1"]},
+                                      {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d1": 0}},
+                                      ks=(1, 2))
+    assert scores["mrr_at_10"] == pytest.approx((1 + 0.5) / 2)  # q3 has nothing relevant
+    assert scores["recall_at_1"] == pytest.approx(0.5) and scores["recall_at_2"] == 1.0
+    assert scores["ndcg_at_10"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    # GLUE: each task's metrics averaged first: (50 + 85 + 87 + 83) / 4
+    assert metrics.glue_score({"CoLA": {"mcc": 50}, "MRPC": {"f1": 90, "accuracy": 80},
+                               "STS-B": {"pearson": 88, "spearman": 86},
+                               "MNLI": {"m": 84, "mm": 82}}) == pytest.approx(76.25)
+
+
+def test_retrieval_ranking_by_cosine():
+    docs = np.array([[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]])  # [N, D] unit rows
+    q = np.array([[0.0, 1.0], [1.0, 0.0]])
+    assert embedding.rank(q, docs, ["a", "b", "c"], 2) == [["b", "c"], ["a", "c"]]
+
+
+# ------------------------------------------------------------ choosing and averaging
+
+def _glue_tasks(tmp_path):
+    tasks, _ = catalog.discover(write_glue(tmp_path / "glue"))
+    return {t.name: t for t in tasks}
+
+
+def test_median_over_seeds_picks_the_learning_rate(tmp_path):
+    mrpc = _glue_tasks(tmp_path)["MRPC"]
+    rows = []
+    for lr, pairs in ((1e-5, [(80, 70), (60, 60), (90, 90)]),   # scores 75, 60, 90: median 75
+                      (2e-5, [(85, 85), (61, 59), (84, 84)])):  # scores 85, 60, 84: median 84
+        for seed, (f1, acc) in enumerate(pairs):
+            rows.append({"lr": lr, "seed": seed, "metrics": {"f1": f1, "accuracy": acc}})
+    s = report.summarize(mrpc, rows, "glue")
+    assert s["lr"] == 2e-5 and s["median"] == 84 and s["seeds"] == 3
+    assert (s["min"], s["max"]) == (60, 85)
+    assert s["sd"] == pytest.approx(np.std([85, 60, 84], ddof=1))
+    assert s["metrics"] == {"f1": 84, "accuracy": 84}
+    assert s["per_lr"] == {"1e-05": 75, "2e-05": 84}
+    # ELECTRA's rule scores MRPC by accuracy alone
+    e = report.summarize(mrpc, rows, "electra")
+    assert e["score_metrics"] == ["accuracy"]
+    # ties go to the grid's first rate; a NaN median is never chosen
+    tie = [{"lr": 3e-5, "seed": 0, "metrics": {"f1": 50, "accuracy": 50}},
+           {"lr": 1e-5, "seed": 0, "metrics": {"f1": 50, "accuracy": 50}},
+           {"lr": 5e-5, "seed": 0, "metrics": {"f1": float("nan"), "accuracy": 99}}]
+    assert report.summarize(mrpc, tie, "glue")["lr"] == 3e-5
+
+
+def test_averages_follow_the_rule(tmp_path):
+    t = _glue_tasks(tmp_path)
+    rows = {"CoLA": {"mcc": 50}, "MRPC": {"f1": 90, "accuracy": 80},
+            "WNLI": {"accuracy": 20}}
+    summaries = [report.summarize(t[n], [{"lr": 1e-5, "seed": 0, "metrics": m}], "glue")
+                 for n, m in rows.items()]
+    glue = report.averages(summaries, "glue")
+    assert glue["glue"] == pytest.approx((50 + 85 + 20) / 3) and glue["average"] == glue["glue"]
+    electra = [report.summarize(t[n], [{"lr": 1e-5, "seed": 0, "metrics": m}], "electra")
+               for n, m in rows.items()]
+    avg = report.averages(electra, "electra")
+    assert avg["glue"] == pytest.approx((50 + 80) / 2)  # MRPC by accuracy; WNLI left out
+    assert avg["glue_tasks"] == ["CoLA", "MRPC"]
+
+
+def test_presets_resolve_by_width_and_name_their_fields():
+    small = presets.resolve("electra", 256)
+    assert small["learning_rates"] == (3e-4,) and small["layer_decay"] == 0.8
+    large = presets.resolve("electra", 1024)
+    assert large["learning_rates"] == (5e-5,) and large["layer_decay"] == 0.9
+    assert presets.epochs_for(large, "RTE", "classification") == 10
+    assert presets.epochs_for(large, "SST-2", "classification") == 3
+    assert presets.seq_len_for(large, "qa") == 512
+    assert presets.resolve("default", 128, {"seeds": 2, "learning_rates": None})["seeds"] == 2
+    with pytest.raises(ValueError, match="valid names: bert, default, electra"):
+        presets.resolve("glue", 128)
+    for name in presets.PRESETS:  # every preset resolves at every width
+        for width in (128, 768, 4096):
+            presets.resolve(name, width)
+
+
+# --------------------------------------------------------------- the embedded battery
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory):
+    return battery.embedded_tasks(str(tmp_path_factory.mktemp("suite")))
+
+
+def test_the_embedded_suite_builds_every_task_type(embedded, tmp_path):
+    tasks, notes = catalog.discover(embedded)
+    assert not notes
+    kinds = {(t.kind, t.type) for t in tasks}
+    assert kinds == {("finetune", "classification"), ("finetune", "regression"),
+                     ("finetune", "tagging"), ("finetune", "qa"), ("sts", "sts"),
+                     ("retrieval", "retrieval")}
+    by = {t.name: t for t in tasks}
+    assert set(by) == set(stdlib_tasks.TASK_META)
+    single = catalog.read_split(by["topic"], "train")[0][0]
+    pair = catalog.read_split(by["same_package"], "train")[0][0]
+    assert "text" in single and {"text_a", "text_b"} <= set(pair)
+    scores = {ex["label"] for ex in catalog.read_split(by["relatedness"], "dev")[0]}
+    assert scores == {0.0, 1.5, 3.0, 5.0}
+    tagged = catalog.read_split(by["arg_mentions"], "dev")[0]
+    assert all("B-ARG" in ex["tags"] for ex in tagged)
+    for ex in catalog.read_split(by["api_qa"], "dev")[0]:
+        assert ex["context"][ex["answer_start"]:].startswith(ex["answer_text"])
+    assert len(embedding.read_sts(by["sts_relatedness"].files["test"])) == 400
+    corpus, queries, qrels = embedding.read_retrieval(by["api_retrieval"].files, max_eval=10)
+    assert len(queries) == 10 and all(d in {c["_id"] for c in corpus}
+                                      for rel in qrels.values() for d in rel)
+    # deterministic: the splits of a second build are the same bytes
+    again = tmp_path / "again"
+    stdlib_tasks.write_task(str(again), "relatedness", stdlib_tasks.relatedness_task(
+        stdlib_tasks.documented_functions()), lambda e: e["text_a"] + e["text_b"])
+    for split in ("train", "dev", "test"):
+        with open(again / "relatedness" / f"{split}.jsonl") as f1, \
+                open(os.path.join(embedded, "relatedness", f"{split}.jsonl")) as f2:
+            assert f1.read() == f2.read()
+
+
+def _env():
+    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.mark.slow
+def test_the_embedded_suite_end_to_end(embedded, tiny_pretrained, tmp_path):
+    out = tmp_path / "out"
+    opts = battery.SuiteOptions(init_from=tiny_pretrained, workdir=str(out), tasks=embedded,
+                                preset="runlocal", max_train=32, max_eval=16, parallel=2,
+                                probe=True, probe_max_train=32, env=_env())
+    result = battery.run_suite(opts)
+    assert result["failed"] == 0
+    names = set(stdlib_tasks.TASK_META)
+    assert {s["task"] for s in result["tasks"]} == names and not result["missing"]
+    assert all(math.isfinite(s["median"]) for s in result["tasks"])
+    assert math.isfinite(result["averages"]["average"])
+    with open(out / "suite.csv") as f:
+        lines = f.read().splitlines()
+    assert {line.split(",")[0] for line in lines[1:]} >= names | {"average"}
+    text = (out / "suite.md").read_text()
+    assert "**average** (7 tasks)" in text and "Per-layer linear probes" in text
+    assert (out / "suite.png").stat().st_size > 0 and (out / "probes" / "probes.png").exists()
+    for task in ("topic", "same_package", "relatedness", "arg_mentions", "api_qa"):
+        assert (out / "runs" / task / "0.001" / "0" / "eval.json").exists()
+    assert battery.suite_average(str(out))["suite/average"] == pytest.approx(
+        result["averages"]["average"])
+
+
+@pytest.mark.slow
+def test_an_interrupted_suite_repeats_no_finished_run(tiny_pretrained, tmp_path):
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=32, n_dev=16)
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "encoder.suite", f"--init_from={tiny_pretrained}",
+           f"--tasks={tasks}", f"--workdir={out}", "--preset=runlocal", "--seeds=2"]
+    first = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    done = out / "runs" / "topic" / "0.001" / "0" / "eval.json"
+    deadline = time.time() + 300
+    while not done.exists() and first.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert done.exists(), first.communicate()[0][-3000:]
+    first.send_signal(signal.SIGINT)  # Ctrl-C while seed 1 runs: it is stopped, not finished
+    first.communicate(timeout=180)
+    assert not (out / "runs" / "topic" / "0.001" / "1" / "eval.json").exists()
+    mtime = done.stat().st_mtime_ns
+    second = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    log = second.stdout + second.stderr
+    assert "skip topic/0.001/0 (finished)" in log and "started topic/0.001/0" not in log
+    assert "started topic/0.001/1" in log
+    assert done.stat().st_mtime_ns == mtime  # the finished run was not repeated
+    with open(out / "suite.json") as f:
+        assert json.load(f)["tasks"][0]["seeds"] == 2
+
+
+def test_a_failed_run_is_reported_with_its_log(tiny_pretrained, tmp_path):
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=8, n_dev=8)  # fewer rows than one batch of 16
+    opts = battery.SuiteOptions(init_from=tiny_pretrained, workdir=str(tmp_path / "out"),
+                                tasks=str(tasks), preset="runlocal", env=_env())
+    result = battery.run_suite(opts)
+    assert result["failed"] == 1 and result["missing"] == ["topic"]
+    log = str(tmp_path / "out" / "runs" / "topic" / "0.001" / "0" / runs_lib.LOG)
+    assert log in result["failures"][0] and "exit 1" in result["failures"][0]
+    assert "fewer than one batch" in open(log).read()
+    assert log in (tmp_path / "out" / "suite.md").read_text()
+
+
+def test_a_changed_run_is_moved_aside_not_reused(tmp_path):
+    run = runs_lib.Run("t", 1e-3, 0, str(tmp_path / "r"), ["--a=1"])
+    runs_lib.claim(run, log=lambda *_: None)
+    (tmp_path / "r" / "eval.json").write_text("{}")
+    assert runs_lib.finished(run)
+    changed = runs_lib.Run("t", 1e-3, 0, str(tmp_path / "r"), ["--a=2"])
+    assert not runs_lib.finished(changed)
+    runs_lib.claim(changed, log=lambda *_: None)
+    assert [p.name.startswith("r.stale-") for p in tmp_path.iterdir()].count(True) == 1
+    assert not (tmp_path / "r" / "eval.json").exists()
+
+
+def test_intermediate_runs_start_from_the_chosen_mnli_run(tmp_path):
+    run = runs_lib.Run("RTE", 1e-5, 1, "x", ["--config=f", "--config.init_from=src",
+                                             "--config.finetune.random_init=True", "--s=1"],
+                       after="MNLI")
+    moved = runs_lib.with_init_from(run, "/mnli/run")
+    assert moved.args == ["--config=f", "--config.init_from=/mnli/run", "--s=1"]
+    opts = battery.SuiteOptions(init_from="x", workdir="y", intermediate="on")
+    assert battery.intermediate_plan(opts, presets.resolve("default", 128),
+                                     ["MNLI", "RTE", "CoLA"]) == {"RTE": "MNLI"}
+    assert battery.intermediate_plan(battery.SuiteOptions("x", "y"),
+                                     presets.resolve("roberta", 768), ["RTE"]) == {}
+
+
+def test_ablate_runs_the_suite_on_each_pretraining_run():
+    from encoder import ablate
+    cmd = ablate.suite_command({"dir": "pos=rope__seed0"}, "/study", "embedded",
+                               ["--preset=runlocal"])
+    assert cmd[1:3] == ["-m", "encoder.suite"] and cmd[-1] == "--preset=runlocal"
+    assert "--init_from=/study/runs/pos=rope__seed0" in cmd
+    assert "--workdir=/study/runs/pos=rope__seed0/suite" in cmd
+    assert not any(a.startswith("--tasks") for a in cmd)  # embedded: built by the suite
+    assert "--tasks=/glue" in ablate.suite_command({"dir": "a"}, "/s", "/glue", [])
+    assert ablate.primary_metric([{"suite/average": 1.0, "eval/loss": 2.0}]) == "suite/average"
