@@ -24,6 +24,19 @@ Input pipeline:
   batches back from them, on the embedded corpus, each as a multiple of the
   tiny model's train-step tokens/s here.
 
+Ahead-of-time sizing (no parameter is allocated, nothing runs):
+    python -m encoder.bench --mode=compile --config=experiments/bert_base.py[:arg]
+        [--seq_len=512] [--batch_size=64] [--devices=8] [--dtype=bfloat16]
+        [--scan_layers=auto|true|false] [--remat=...] [--config.mesh.fsdp=8 ...]
+
+  Lowers and compiles the pretraining train step for the target shapes on CPU
+  (--devices simulates N CPU devices for the config's mesh) and prints, per
+  device: parameter and optimizer-state bytes (their shards), the executable's
+  temp (activation) bytes and peak from memory_analysis(), compile seconds, and
+  the FLOPs XLA counts (cost_analysis(); a scanned stack's loop body is counted
+  once, so 1- and 2-layer probes give the whole step's count) vs the analytic
+  count of encoder.train.flops.
+
 Corpus preparation at scale:
     python -m encoder.bench --mode=prepare [--sizes_mb=25,250,2500] [--workers=1,2]
         [--bench_dir=DIR]

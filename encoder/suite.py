@@ -10,6 +10,8 @@ suite.png, suite.json and runs.csv; every fine-tuning run is a workdir under
 OUT/runs/<task>/<lr>/<seed>/, finished ones are skipped and interrupted ones
 resumed. The conventions are in encoder/eval/suite/presets.py.
 """
+import signal
+
 from absl import app, flags, logging
 
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
@@ -41,11 +43,18 @@ flags.DEFINE_integer("probe_max_train", 2000, "training examples per probe")
 FLAGS = flags.FLAGS
 
 
+def _stop_on_sigterm(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
+    # SIGTERM as Ctrl-C: Python's default SIGTERM exit skips runs.execute's `finally`,
+    # which orphaned the running fine-tuning children (they kept training unsupervised).
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     from encoder.data.tasks import TaskDataError
     from encoder.eval.suite import battery
     f = FLAGS

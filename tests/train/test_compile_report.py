@@ -1,0 +1,48 @@
+"""encoder.bench --mode=compile: the train step compiled from shapes alone reports memory
+that adds up and FLOPs that agree with the analytic count (encoder/train/flops.py)."""
+import jax
+
+from encoder import bench
+from encoder import config as config_lib
+
+# XLA counts every op (norms, softmax, GELU, Adam, the masking) and the analytic count
+# only the matmuls; measured on the config below: XLA / analytic = 1.18 (BUILD_NOTES.md,
+# "Compile report"; the small width makes the non-matmul share large). A factor of 1.5
+# either way is the stated agreement.
+FLOPS_FACTOR = 1.5
+
+
+def _config(scan_layers: str, mesh=(1, 1)):
+    config = config_lib.base_config()
+    config.model.update(dict(vocab_size=512, hidden_size=64, num_heads=4, intermediate_size=256,
+                             num_layers=2, max_position=64, scan_layers=scan_layers))
+    config.data.seq_len = 64
+    config.train.batch_size = 8
+    config.mesh.data, config.mesh.fsdp = mesh
+    return config
+
+
+def test_compile_report_memory_and_flops():
+    row = bench.compile_report(_config("false"), devices=jax.devices()[:1])
+    n = row["parameters"]
+    assert row["param_bytes"] == 4 * n  # float32, one device
+    assert row["optimizer_bytes"] >= 2 * row["param_bytes"]  # Adam's two moments
+    assert row["temp_bytes"] > 0
+    assert row["peak_bytes"] >= row["param_bytes"] + row["optimizer_bytes"] + row["temp_bytes"]
+    assert 1 / FLOPS_FACTOR < row["xla_over_analytic"] < FLOPS_FACTOR, row
+    assert row["xla_flops_unrolled"] == row["xla_flops"]
+
+
+def test_compile_report_counts_a_scanned_stack_whole_and_shards_memory():
+    """XLA counts a scanned loop's body once; the 1-/2-layer probes restore the whole
+    step's count, which equals the unrolled model's. On 8 devices (fsdp=4) each holds
+    about a quarter of the parameters."""
+    unrolled = bench.compile_report(_config("false"), devices=jax.devices()[:1])
+    scanned = bench.compile_report(_config("true", mesh=(2, 4)))
+    assert scanned["scan_groups"] == 2 and scanned["devices"] == 8
+    assert scanned["xla_flops"] < scanned["xla_flops_unrolled"]
+    # the same global work, now over 8 devices (the batch split 8 ways)
+    assert abs(scanned["xla_flops_unrolled"] * 8 / unrolled["xla_flops"] - 1) < 0.05
+    assert 1 / FLOPS_FACTOR < scanned["xla_over_analytic"] < FLOPS_FACTOR
+    full = 4 * unrolled["parameters"]
+    assert full / 4 <= scanned["param_bytes"] < full / 3  # 'embed' split 4 ways (+ replicas)
