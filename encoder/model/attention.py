@@ -119,7 +119,9 @@ def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
         mask_bias = jnp.where(mask, 0.0, MASKED_BIAS).astype(jnp.float32)
         bias = mask_bias if bias is None else bias + mask_bias
         mask = None
-    if bias is not None:
+    if bias is not None and impl == "cudnn":
+        # cuDNN takes the bias in the compute dtype; XLA adds a float32 bias to its float32
+        # logits, so ALiBi/T5/DeBERTa offsets keep their precision under bf16 compute.
         bias = bias.astype(q.dtype)
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
 
