@@ -17,6 +17,16 @@ Train step (default):
   position the implementation computes logits at (the masked slots for this
   codebase, all T positions for HF's model).
 
+  With --config=experiments/NAME.py[:arg] the step runs that experiment's model and
+  data layout (packed documents, restarted positions) instead of a --size preset.
+
+On a GPU, the whole accelerator benchmark of issue 15 in one call:
+    python -m encoder.bench --mode=device [--steps=10]
+
+  BERT-base MLM in bf16 at T=128 and 512 and the ModernBERT-like recipe at T=8,192
+  (packed rows), with every attention backend that serves it (DEVICE_PLAN), one
+  subprocess each: tokens/s, MFU and memory per row.
+
 Input pipeline:
     python -m encoder.bench --mode=pipeline [--seq_len=128]
 
@@ -59,7 +69,7 @@ import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile"],
+flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile", "device"],
                   "what to benchmark")
 config_flags.DEFINE_config_file("config", None, "compile: experiment file[:arg]",
                                 lock_config=True)
@@ -77,7 +87,8 @@ flags.DEFINE_integer("batch_size", 32, "rows per step", lower_bound=1)
 flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
 flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
 flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
-flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference")
+flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | splash | "
+                    "pallas_gpu (encoder.model.attention.ATTENTION_BACKENDS)")
 flags.DEFINE_string("remat", "none", "rematerialisation policy")
 flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
 flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
@@ -106,14 +117,25 @@ def bench_config():
     return config
 
 
-def random_batch(config, seed=0):
+def random_batch(config, seed=0, documents: int = 4):
+    """Random full rows; with data.document_mask, each row packs `documents` equal
+    documents (document ids, positions restarting when data.restart_positions), so the
+    attention backends see what packed pretraining gives them."""
     rng = np.random.default_rng(seed)
     b, t = config.train.batch_size, config.data.seq_len
     ids = rng.integers(5, config.model.vocab_size, size=(b, t)).astype(np.int32)
     ids[:, 0] = 2
-    return {"input_ids": ids, "attention_mask": np.ones((b, t), np.int32),
-            "segment_ids": np.zeros((b, t), np.int32),
-            "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy()}
+    positions = np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy()
+    batch = {"input_ids": ids, "attention_mask": np.ones((b, t), np.int32),
+             "segment_ids": np.zeros((b, t), np.int32), "positions": positions}
+    if config.data.get("document_mask", False):
+        doc = np.minimum(np.arange(t) * documents // t, documents - 1).astype(np.int32)
+        batch["document_ids"] = np.broadcast_to(doc + 1, (b, t)).copy()
+        if config.data.get("restart_positions", False):
+            starts = np.searchsorted(doc, np.arange(documents))
+            batch["positions"] = np.broadcast_to(
+                (np.arange(t) - starts[doc]).astype(np.int32), (b, t)).copy()
+    return batch
 
 
 def memory_bytes(compiled) -> int | None:
@@ -220,7 +242,8 @@ def hf(config, peak):
 
 def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
     tokens = config.train.batch_size * config.data.seq_len
-    row = {"implementation": name, "size": FLAGS.size, "objective": config.objective,
+    row = {"implementation": name, "size": config.model.size,
+           "attention_impl": config.model.attention_impl, "objective": config.objective,
            "seq_len": config.data.seq_len, "batch_size": config.train.batch_size,
            "vocab_size": config.model.vocab_size, "dtype": config.model.dtype,
            "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
@@ -234,7 +257,7 @@ def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
 
 def bench_steps():
     from encoder.train import flops
-    config = bench_config()
+    config = compile_config() if FLAGS.config is not None else bench_config()
     peak = flops.peak_flops_per_device()
     row = ours(config, peak)
     print(json.dumps(row), flush=True)
@@ -530,12 +553,43 @@ def bench_compile():
     print(json.dumps(row), flush=True)
 
 
+# The accelerator benchmark of issue 15, one run of each (~40-60 s each on an H100/H200;
+# the whole plan is meant to fit a 10-minute device session). Each entry: the flags of one
+# `python -m encoder.bench` step-mode run.
+DEVICE_PLAN = [
+    *[["--size=base", "--seq_len=128", "--batch_size=256", f"--attention_impl={impl}"]
+      for impl in ("xla", "cudnn")],
+    *[["--size=base", "--seq_len=512", "--batch_size=64", f"--attention_impl={impl}"]
+      for impl in ("xla", "cudnn", "pallas_gpu")],
+    *[["--config=experiments/modernbert_base.py", "--seq_len=8192", "--batch_size=2",
+       f"--attention_impl={impl}", "--scan_layers=true"]
+      for impl in ("xla", "cudnn", "pallas_gpu")],
+]
+
+
+def bench_device():
+    """Runs DEVICE_PLAN (bf16, 10 timed steps each), one subprocess per entry so a failing
+    backend cannot take the others down; prints every JSON row and a failure line per crash."""
+    import subprocess
+    import sys
+    for flags_ in DEVICE_PLAN:
+        cmd = [sys.executable, "-m", "encoder.bench", *flags_, "--dtype=bfloat16",
+               f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        for line in rows:
+            print(json.dumps({"flags": " ".join(flags_), **json.loads(line)}), flush=True)
+        if proc.returncode != 0 or not rows:
+            print(json.dumps({"flags": " ".join(flags_), "failed": proc.returncode,
+                              "stderr_tail": proc.stderr[-1500:]}), flush=True)
+
+
 def main(argv):
     del argv
     if FLAGS.devices:  # before anything initialises the CPU backend
         jax.config.update("jax_num_cpu_devices", FLAGS.devices)
     {"pipeline": bench_pipeline, "prepare": bench_prepare, "step": bench_steps,
-     "compile": bench_compile}[FLAGS.mode]()
+     "compile": bench_compile, "device": bench_device}[FLAGS.mode]()
 
 
 if __name__ == "__main__":
