@@ -46,3 +46,17 @@ def test_compile_report_counts_a_scanned_stack_whole_and_shards_memory():
     assert 1 / FLOPS_FACTOR < scanned["xla_over_analytic"] < FLOPS_FACTOR
     full = 4 * unrolled["parameters"]
     assert full / 4 <= scanned["param_bytes"] < full / 3  # 'embed' split 4 ways (+ replicas)
+
+
+def test_bench_batches_pack_documents_like_pretraining():
+    import numpy as np
+    config = _config("false")
+    config.data.update(dict(document_mask=True, restart_positions=True, seq_len=64))
+    batch = bench.random_batch(config, documents=4)
+    assert batch["document_ids"].shape == (8, 64)
+    assert sorted(set(batch["document_ids"][0].tolist())) == [1, 2, 3, 4]
+    # positions restart at every document start, as packed pretraining rows have them
+    starts = np.flatnonzero(np.diff(batch["document_ids"][0])) + 1
+    assert batch["positions"][0, 0] == 0 and all(batch["positions"][0, starts] == 0)
+    config.data.document_mask = False
+    assert "document_ids" not in bench.random_batch(config)
