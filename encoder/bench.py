@@ -69,30 +69,37 @@ import optax
 from absl import app, flags
 from ml_collections import config_flags
 
-flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile", "device"],
-                  "what to benchmark")
-config_flags.DEFINE_config_file("config", None, "compile: experiment file[:arg]",
-                                lock_config=True)
-flags.DEFINE_integer("devices", 0, "compile: simulated CPU devices (0: those present)",
-                     lower_bound=0)
-flags.DEFINE_string("scan_layers", "", "compile: override model.scan_layers (auto|true|false)")
-flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
-                  "2-layer probes to count the whole step's XLA FLOPs")
-flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
-flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
-flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
-flags.DEFINE_string("size", "mini", "model size preset")
-flags.DEFINE_integer("seq_len", 128, "tokens per row", lower_bound=1)
-flags.DEFINE_integer("batch_size", 32, "rows per step", lower_bound=1)
-flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
-flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
-flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
-flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | splash | "
-                    "pallas_gpu (encoder.model.attention.ATTENTION_BACKENDS)")
-flags.DEFINE_string("remat", "none", "rematerialisation policy")
-flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
-flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
-flags.DEFINE_integer("warmup", 3, "untimed steps after compilation", lower_bound=1)
+
+def define_flags():
+    """The command line's flags, defined only when this module runs as the program: its
+    functions are also a library (tests, encoder.ablate), and absl allows one `--config`
+    per process."""
+    flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile", "device"],
+                      "what to benchmark")
+    config_flags.DEFINE_config_file("config", None, "compile: experiment file[:arg]",
+                                    lock_config=True)
+    flags.DEFINE_integer("devices", 0, "compile: simulated CPU devices (0: those present)",
+                         lower_bound=0)
+    flags.DEFINE_string("scan_layers", "", "compile: override model.scan_layers (auto|true|false)")
+    flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
+                      "2-layer probes to count the whole step's XLA FLOPs")
+    flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
+    flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
+    flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
+    flags.DEFINE_string("size", "mini", "model size preset")
+    flags.DEFINE_integer("seq_len", 128, "tokens per row", lower_bound=1)
+    flags.DEFINE_integer("batch_size", 32, "rows per step", lower_bound=1)
+    flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
+    flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
+    flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
+    flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | splash | "
+                        "pallas_gpu (encoder.model.attention.ATTENTION_BACKENDS)")
+    flags.DEFINE_string("remat", "none", "rematerialisation policy")
+    flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
+    flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
+    flags.DEFINE_integer("warmup", 3, "untimed steps after compilation", lower_bound=1)
+
+
 FLAGS = flags.FLAGS
 
 
@@ -593,4 +600,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    define_flags()
     app.run(main)
