@@ -235,15 +235,9 @@ def execute(runs: list[dict], root: str, parallel: int) -> None:
     pending, active = list(runs), []
     try:
         _execute(pending, active, root, parallel)
-    finally:
-        for _, proc in active:  # never leave orphans: a failure or Ctrl-C stops the siblings
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in active:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    finally:  # never leave orphans: a failure or Ctrl-C stops the siblings
+        from encoder.eval.suite import runs as suite_runs
+        suite_runs.stop_children([proc for _, proc in active], timeout=60)
 
 
 def _execute(pending: list, active: list, root: str, parallel: int) -> None:

@@ -109,7 +109,7 @@ def rotary_table(num_positions: int, head_dim: int) -> np.ndarray:
 
 # ---------------------------------------------------------------- export
 
-def _block_to_hf(block: dict, cfg, name: str, names: dict, perm) -> dict:
+def block_to_hf(block: dict, cfg, name: str, names: dict, perm) -> dict:
     d, h = cfg.hidden_size, cfg.num_heads
     k = d // h
     att = block["attention"]
@@ -159,10 +159,10 @@ def encoder_to_hf(enc: dict, cfg, layout: Layout, pad_id: int) -> dict:
     perm = _rotary_permutation(cfg.hidden_size // cfg.num_heads) \
         if layout.positions == "rotary" else None
     if cfg.share_layers:
-        out.update(_block_to_hf(enc["shared_block"], cfg, _block_name(layout, 0, True), names, perm))
+        out.update(block_to_hf(enc["shared_block"], cfg, _block_name(layout, 0, True), names, perm))
     else:
         for i in range(cfg.num_layers):
-            out.update(_block_to_hf(enc[f"blocks_{i}"], cfg, _block_name(layout, i, False),
+            out.update(block_to_hf(enc[f"blocks_{i}"], cfg, _block_name(layout, i, False),
                                     names, perm))
     return {k: np.asarray(v, np.float32) for k, v in out.items()}
 
@@ -287,7 +287,7 @@ def params_to_hf(params: dict, cfg, name: str, kind: str, pad_id: int = 0,
 
 # ---------------------------------------------------------------- import
 
-def _block_from_hf(t: dict, cfg, name: str, names: dict, perm) -> dict:
+def block_from_hf(t: dict, cfg, name: str, names: dict, perm) -> dict:
     d, h = cfg.hidden_size, cfg.num_heads
     k = d // h
     ws, bs = [], []
@@ -338,10 +338,10 @@ def params_from_hf(tensors: dict, cfg, name: str) -> dict:
     perm = _rotary_permutation(cfg.hidden_size // cfg.num_heads) \
         if layout.positions == "rotary" else None
     if cfg.share_layers:
-        enc["shared_block"] = _block_from_hf(t, cfg, _block_name(layout, 0, True), names, perm)
+        enc["shared_block"] = block_from_hf(t, cfg, _block_name(layout, 0, True), names, perm)
     else:
         for i in range(cfg.num_layers):
-            enc[f"blocks_{i}"] = _block_from_hf(t, cfg, _block_name(layout, i, False), names, perm)
+            enc[f"blocks_{i}"] = block_from_hf(t, cfg, _block_name(layout, i, False), names, perm)
     params = {"encoder": enc}
     n = layout.mlm
     if f"{n['dense']}.weight" in t:

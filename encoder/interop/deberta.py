@@ -32,7 +32,7 @@ import numpy as np
 
 from encoder import config as config_lib
 from encoder.data import tokenizer as tokenizer_lib
-from encoder.interop import family
+from encoder.interop import bert, family
 from encoder.interop.family import Unrepresentable
 
 PREFIX = "deberta."
@@ -224,41 +224,18 @@ def _with_prefix(tensors: dict) -> dict:
             for k, v in tensors.items()}
 
 
+# A DeBERTa-v2 layer is a BERT layer whose projections are named query_proj / key_proj /
+# value_proj (the relative-position terms reuse them: share_att_key).
+DEBERTA_BLOCK = {**bert.BERT_BLOCK, "q": "attention.self.query_proj",
+                 "k": "attention.self.key_proj", "v": "attention.self.value_proj"}
+
+
 def _block_from_hf(t, p: str, cfg) -> dict:
-    d, h = cfg.hidden_size, cfg.num_heads
-    k = d // h
-    roles = ("query_proj", "key_proj", "value_proj")
-    kernel = np.stack([t[f"{p}.attention.self.{r}.weight"].T.reshape(d, h, k) for r in roles],
-                      axis=1)  # [D, 3, H, K]
-    bias = np.stack([t[f"{p}.attention.self.{r}.bias"].reshape(h, k) for r in roles])  # [3, H, K]
-    return {
-        "attention": {
-            "qkv": {"kernel": kernel, "bias": bias},
-            "out": {"kernel": t[f"{p}.attention.output.dense.weight"].T.reshape(h, k, d),
-                    "bias": t[f"{p}.attention.output.dense.bias"]},
-        },
-        "attention_norm": family.norm_from_hf(t, f"{p}.attention.output.LayerNorm"),
-        "mlp": {"wi": family.linear_from_hf(t, f"{p}.intermediate.dense"),
-                "wo": family.linear_from_hf(t, f"{p}.output.dense")},
-        "mlp_norm": family.norm_from_hf(t, f"{p}.output.LayerNorm"),
-    }
+    return bert.block_from_hf(t, cfg, p, DEBERTA_BLOCK, None)
 
 
 def _block_to_hf(block: dict, p: str, cfg) -> dict:
-    d = cfg.hidden_size
-    att = block["attention"]
-    kernel, bias = np.asarray(att["qkv"]["kernel"]), np.asarray(att["qkv"]["bias"])
-    out = {}
-    for j, r in enumerate(("query_proj", "key_proj", "value_proj")):
-        out[f"{p}.attention.self.{r}.weight"] = kernel[:, j].reshape(d, d).T  # [D(out), D(in)]
-        out[f"{p}.attention.self.{r}.bias"] = bias[j].reshape(d)
-    out[f"{p}.attention.output.dense.weight"] = np.asarray(att["out"]["kernel"]).reshape(d, d).T
-    out[f"{p}.attention.output.dense.bias"] = np.asarray(att["out"]["bias"])
-    out.update(family.norm_to_hf(block["attention_norm"], f"{p}.attention.output.LayerNorm"))
-    out.update(family.linear_to_hf(block["mlp"]["wi"], f"{p}.intermediate.dense"))
-    out.update(family.linear_to_hf(block["mlp"]["wo"], f"{p}.output.dense"))
-    out.update(family.norm_to_hf(block["mlp_norm"], f"{p}.output.LayerNorm"))
-    return out
+    return bert.block_to_hf(block, cfg, p, DEBERTA_BLOCK, None)
 
 
 def params_from_hf(tensors: dict, cfg) -> dict:

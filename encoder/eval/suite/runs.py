@@ -182,12 +182,18 @@ def execute(runs: list, parallel: int = 1, env: dict | None = None, log=print) -
                     log(f"FAILED {failure}\n{log_tail(run.log)}")
             time.sleep(0.2)
     finally:  # never orphans: an interrupted suite checkpoints its children (SIGTERM)
-        for _, proc in active:
-            if proc.poll() is None:
-                proc.terminate()
-        for _, proc in active:
-            try:
-                proc.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_children([proc for _, proc in active], timeout=120)
     return started, failures
+
+
+def stop_children(procs, timeout: float) -> None:
+    """SIGTERM every child still running (they checkpoint and exit), then wait; a child
+    still alive after `timeout` seconds is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
