@@ -20,7 +20,7 @@ Train step (default):
   With --config=experiments/NAME.py[:arg] the step runs that experiment's model and
   data layout (packed documents, restarted positions) instead of a --size preset.
 
-On a GPU, the whole accelerator benchmark of issue 15 in one call:
+On a GPU, the whole accelerator benchmark in one call:
     python -m encoder.bench --mode=device [--steps=10]
 
   BERT-base MLM in bf16 at T=128 and 512 and the ModernBERT-like recipe at T=8,192
@@ -76,11 +76,13 @@ def define_flags():
     per process."""
     flags.DEFINE_enum("mode", "step", ["step", "pipeline", "prepare", "compile", "device"],
                       "what to benchmark")
-    config_flags.DEFINE_config_file("config", None, "compile: experiment file[:arg]",
-                                    lock_config=True)
+    config_flags.DEFINE_config_file(
+        "config", None, "step / compile: an experiment file[:arg] (step: instead of --size)",
+        lock_config=True)
     flags.DEFINE_integer("devices", 0, "compile: simulated CPU devices (0: those present)",
                          lower_bound=0)
-    flags.DEFINE_string("scan_layers", "", "compile: override model.scan_layers (auto|true|false)")
+    flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
+                      "override model.scan_layers")
     flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
                       "2-layer probes to count the whole step's XLA FLOPs")
     flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
@@ -560,7 +562,7 @@ def bench_compile():
     print(json.dumps(row), flush=True)
 
 
-# The accelerator benchmark of issue 15, one run of each (~40-60 s each on an H100/H200;
+# The accelerator benchmark, one run of each (~40-60 s each on an H100/H200;
 # the whole plan is meant to fit a 10-minute device session). Each entry: the flags of one
 # `python -m encoder.bench` step-mode run.
 DEVICE_PLAN = [

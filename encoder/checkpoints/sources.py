@@ -73,7 +73,15 @@ def load(init_from: str) -> Pretrained:
     if not os.path.exists(config_path):
         raise FileNotFoundError(f"init_from={init_from!r}: expected a workdir with config.json, "
                                 "a params folder (model_config.json + params/), or hf:DIR")
-    run = ml_collections.ConfigDict(_read_json(config_path))
+    raw = _read_json(config_path)
+    if "model_type" in raw or "architectures" in raw:
+        raise FileNotFoundError(f"init_from={init_from!r} is a HuggingFace folder: use "
+                                f"hf:{init_from}")
+    if "model" not in raw:
+        raise FileNotFoundError(f"init_from={init_from!r}: its config.json is not a run config "
+                                "of this codebase (no 'model'); a workdir from an older "
+                                "version? re-run the job that wrote it")
+    run = ml_collections.ConfigDict(raw)
     if run.get("mode", "pretrain") == "finetune":
         return _finetuned(init_from, run)
     mngr = store.manager(init_from, create=False)

@@ -155,6 +155,9 @@ def encoder_to_hf(enc: dict, cfg, layout: Layout, pad_id: int) -> dict:
     out.update(F.norm_to_hf(emb["norm"], _prefix("embeddings.LayerNorm", layout)))
     if width != cfg.hidden_size:
         out.update(F.linear_to_hf(enc["embed_projection"], layout.projection))
+    elif layout.albert:  # ALBERT always projects E -> D: with E == D, the identity is exact
+        out.update(F.linear_to_hf({"kernel": np.eye(width, dtype=np.float32),
+                                   "bias": np.zeros(width, np.float32)}, layout.projection))
     names = ALBERT_BLOCK if layout.albert else BERT_BLOCK
     perm = _rotary_permutation(cfg.hidden_size // cfg.num_heads) \
         if layout.positions == "rotary" else None
@@ -334,6 +337,8 @@ def params_from_hf(tensors: dict, cfg, name: str) -> dict:
     enc = {"embed": emb}
     if (cfg.embedding_size or cfg.hidden_size) != cfg.hidden_size:
         enc["embed_projection"] = F.linear_from_hf(t, layout.projection)
+    elif layout.albert:
+        _check_identity_projection(F.linear_from_hf(t, layout.projection))
     names = ALBERT_BLOCK if layout.albert else BERT_BLOCK
     perm = _rotary_permutation(cfg.hidden_size // cfg.num_heads) \
         if layout.positions == "rotary" else None
@@ -358,6 +363,17 @@ def params_from_hf(tensors: dict, cfg, name: str) -> dict:
             "dense": F.linear_from_hf(t, "discriminator_predictions.dense"),
             "out": F.linear_from_hf(t, "discriminator_predictions.dense_prediction")}
     return params
+
+
+def _check_identity_projection(dense: dict) -> None:
+    """ALBERT with embedding_size == hidden_size still has an E -> D Linear; our model has
+    none at E == D, so only the identity (what export writes) imports exactly."""
+    kernel = dense["kernel"]
+    if not (np.allclose(kernel, np.eye(kernel.shape[0])) and not np.any(dense["bias"])):
+        raise Unrepresentable(
+            "ALBERT with embedding_size == hidden_size and a trained embedding projection: "
+            "our model projects only when embedding_size < hidden_size (its weights would be "
+            "dropped); not imported")
 
 
 class _Tensors(dict):

@@ -136,7 +136,7 @@ def _write_json(path: str, value) -> None:
 
 
 def _model_card(out: str, source: str, p: sources.Pretrained, family: str, kind: str,
-                cls_name: str) -> None:
+                cls_name: str, final: str) -> None:
     cfg = p.model_cfg
     lines = [f"# {os.path.basename(os.path.abspath(source))}", "",
              f"Exported from `{source}` ({p.kind} source) by `python -m encoder.interop.export`.",
@@ -146,16 +146,44 @@ def _model_card(out: str, source: str, p: sources.Pretrained, family: str, kind:
              f"- positions `{cfg.position}`, norm `{cfg.norm}`, activation `{cfg.activation}`"]
     if p.labels:
         lines.append(f"- labels: {', '.join(map(str, p.labels))}")
-    lines += ["", "```python", "from transformers import AutoModel, AutoTokenizer",
-              "tok = AutoTokenizer.from_pretrained(PATH)", "```", ""]
+    auto = {"mlm": "AutoModelForMaskedLM", "rtd": "AutoModelForPreTraining",
+            "sequence": "AutoModelForSequenceClassification",
+            "token": "AutoModelForTokenClassification",
+            "span": "AutoModelForQuestionAnswering"}.get(kind, "AutoModel")
+    lines += ["", "```python", f"from transformers import {auto}, AutoTokenizer",
+              f"tokenizer = AutoTokenizer.from_pretrained({final!r})",
+              f"model = {auto}.from_pretrained({final!r})", "```", ""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(lines))
+
+
+def is_export(folder: str) -> bool:
+    """A folder this command wrote (it may be replaced): config.json + model.safetensors and
+    nothing of a run of this codebase."""
+    names = set(os.listdir(folder))
+    return {"config.json", "model.safetensors"} <= names and not names & {
+        "checkpoints", "metrics.jsonl", "best", "params", "model_config.json"}
+
+
+def check_out(source: str, out: str) -> None:
+    """--out may be new, empty, or a previous export; never a file, a run, or the source."""
+    src = os.path.abspath(source.removeprefix("hf:"))
+    dst = os.path.abspath(out)
+    if dst == src or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
+        raise ValueError(f"--out={out} is, contains or lies inside the source {source}: "
+                         "choose a folder of its own")
+    if os.path.exists(dst) and not os.path.isdir(dst):
+        raise ValueError(f"--out={out} is a file; expected a folder to write")
+    if os.path.isdir(dst) and os.listdir(dst) and not is_export(dst):
+        raise ValueError(f"--out={out} is a non-empty folder that is not a previous export; "
+                         "refusing to replace it (choose a new or empty folder)")
 
 
 def export(source: str, out: str, fmt: str = "transformers", family: str = "") -> dict:
     """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders'}."""
     if fmt not in FORMATS:
         raise ValueError(f"--format={fmt!r}; valid: {', '.join(FORMATS)}")
+    check_out(source, out)
     p = sources.load(source)
     kind = head_kind(p, fmt)
     cfg = p.model_cfg
@@ -174,18 +202,22 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
         _pooler_dense(params)  # refuse before writing anything
     tmp = out.rstrip("/") + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    written = hf.write_folder(tmp, family, cfg, params, kind, p.tokenizer, labels, problem, length,
-                              pooling)
-    folders = [out]
-    if kind == "rtd":
-        hf.write_folder(os.path.join(tmp, "generator"), family, _generator_cfg(p),
-                        _generator(p.params), "mlm", p.tokenizer, max_length=length)
-        folders.append(os.path.join(out, "generator"))
-    if fmt == "sentence-transformers":
-        write_sentence_transformers(tmp, params, cfg, pooling, length)
-    _model_card(tmp, source, p, family, kind, written["architectures"][0])
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)  # a folder at `out` is always complete
+    try:
+        written = hf.write_folder(tmp, family, cfg, params, kind, p.tokenizer, labels, problem,
+                                  length, pooling)
+        folders = [out]
+        if kind == "rtd":
+            hf.write_folder(os.path.join(tmp, "generator"), family, _generator_cfg(p),
+                            _generator(p.params), "mlm", p.tokenizer, max_length=length)
+            folders.append(os.path.join(out, "generator"))
+        if fmt == "sentence-transformers":
+            write_sentence_transformers(tmp, params, cfg, pooling, length)
+        _model_card(tmp, source, p, family, kind, written["architectures"][0], out)
+        if os.path.isdir(out):
+            shutil.rmtree(out)  # a previous export (check_out allowed nothing else)
+        os.replace(tmp, out)  # a folder at `out` is always complete
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return {"family": family, "kind": kind, "architecture": written["architectures"][0],
             "folders": folders}
 
@@ -198,7 +230,7 @@ def main(argv):
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     try:
         result = export(f.workdir, f.out, f.format, f.family)
-    except (Unrepresentable, FileNotFoundError, ValueError) as e:
+    except (Unrepresentable, FileNotFoundError, ValueError, OSError) as e:
         raise SystemExit(f"export: {e}") from None
     print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
           f"(family {result['family']}, head {result['kind']})")
@@ -208,7 +240,8 @@ if __name__ == "__main__":
     from absl import app, flags
     flags.DEFINE_string("workdir", None, "a workdir of this codebase, a params folder or hf:DIR",
                         required=True)
-    flags.DEFINE_string("out", None, "the HuggingFace folder to write", required=True)
+    flags.DEFINE_string("out", None, "the HuggingFace folder to write (new, empty, or a "
+                        "previous export, which is replaced)", required=True)
     flags.DEFINE_enum("format", "transformers", FORMATS, "what to write")
     flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
                         "modernbert, deberta); empty: the one that computes the model exactly")

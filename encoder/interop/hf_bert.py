@@ -24,7 +24,16 @@ def main(argv):
     from absl import flags
     from encoder.checkpoints import store
     from encoder.data import tokenizer as tokenizer_lib
-    cfg, params = load(flags.FLAGS.checkpoint)
+    from absl import logging
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
+    try:
+        cfg, params = load(flags.FLAGS.checkpoint)
+        out = flags.FLAGS.out
+        if os.path.isfile(out) or (os.path.isdir(out) and os.listdir(out)):
+            raise ValueError(f"--out={out} exists and is not empty")
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"hf_bert: {e}") from None
     store.save_params(flags.FLAGS.out, params, cfg)
     # The vocabulary travels with the parameters, so the folder is a valid init_from.
     tokenizer_lib.load(flags.FLAGS.checkpoint).save(os.path.join(flags.FLAGS.out, "tokenizer"))

@@ -119,18 +119,24 @@ OUR_CASES = {
     "albert": {"embedding_size": 16, "share_layers": True},
     "electra": {"embedding_size": 16},
 }
+EXPORT_CASES = [(f, OUR_CASES[f]) for f in sorted(OUR_CASES)] + [
+    ("albert", {"share_layers": True}),  # E == D: ALBERT's projection exported as the identity
+    ("bert", {"tie_embeddings": False, "type_vocab_size": 0}),
+]
 
 
-@pytest.mark.parametrize("family", sorted(OUR_CASES))
+@pytest.mark.parametrize("family,options", EXPORT_CASES)
 def test_our_model_exports_loads_with_from_pretrained_and_imports_back_identically(
-        family, tmp_path):
-    cfg = _our_model_cfg(**OUR_CASES[family])
+        family, options, tmp_path):
+    cfg = _our_model_cfg(**options)
     params = _perturbed_params(cfg)
     written = hf.write_folder(str(tmp_path), family, cfg, params, "mlm")
     model, info = T.AutoModelForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
     assert not any(info.values()), info  # no missing, unexpected or mismatched tensor
     assert type(model).__name__ == written["architectures"][0]
     ids, seg, mask = _batch()
+    if not cfg.type_vocab_size:  # no token types: the exported tokenizer gives zeros
+        seg = np.zeros_like(seg)
     _, ref_logits = _torch_forward(model.eval(), ids, seg, mask)
     _, logits = _ours(cfg, params, ids, seg, mask)
     diff = np.abs(logits - ref_logits)[mask.astype(bool)].max()
@@ -155,6 +161,28 @@ def test_a_model_no_family_computes_is_refused_with_every_reason(tmp_path):
     assert not (tmp_path / "x").exists()  # refused before writing anything
     assert hf.choose_family(_our_model_cfg(position="rope")) == "roformer"
     assert hf.choose_family(_our_model_cfg(embedding_size=16, share_layers=True)) == "albert"
+
+
+def test_export_never_replaces_what_it_did_not_write(tiny_pretrained, tmp_path):
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "keep.txt").write_text("precious")
+    for out in (tmp_path / "notes", tiny_pretrained, os.path.join(tiny_pretrained, "hf")):
+        with pytest.raises(ValueError, match="--out="):
+            export_lib.export(tiny_pretrained, str(out))
+    assert (tmp_path / "notes" / "keep.txt").read_text() == "precious"
+    assert os.path.isdir(os.path.join(tiny_pretrained, "checkpoints"))
+    export_lib.export(tiny_pretrained, str(tmp_path / "hf"))
+    export_lib.export(tiny_pretrained, str(tmp_path / "hf"))  # a previous export is replaced
+    assert not (tmp_path / "hf.partial").exists()
+    with pytest.raises(FileNotFoundError, match="is a HuggingFace folder: use hf:"):
+        sources.load(str(tmp_path / "hf"))
+
+
+def test_albert_with_a_trained_full_width_projection_is_refused(tmp_path):
+    config = T.AlbertConfig(**{**SMALL, "embedding_size": 32})
+    _randomize(T.AlbertForMaskedLM(config)).save_pretrained(tmp_path)
+    with pytest.raises(Unrepresentable, match="trained embedding projection"):
+        hf.load(str(tmp_path))
 
 
 VARIED = ["Hello   world ", "  leading and trailing  ", "tabs\tand\nnewlines",
