@@ -275,9 +275,10 @@ class HFTokenizer(Tokenizer):
             starts = {i: not p.startswith("##") for p, i in vocab.items()}
         else:
             starts = {i: p.startswith(("\u2581", "\u0120")) for p, i in vocab.items()}
-        table = np.ones(self.vocab_size, bool)
+        size = self.vocab_size  # get_vocab_size() walks the vocabulary: once, not per entry
+        table = np.ones(size, bool)
         for i, start in starts.items():
-            if i < self.vocab_size:
+            if i < size:
                 table[i] = start
         table[list(self.special_ids)] = True
         return table
