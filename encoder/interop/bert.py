@@ -384,8 +384,8 @@ class _Tensors(dict):
                          f"e.g. {sorted(self)[:3]})")
 
 
-def config_from_hf(hf: dict, name: str) -> tuple:
-    """HF config dict -> (our model config, pad id). Refuses what we cannot compute."""
+def config_from_hf(hf: dict, name: str):
+    """HF config dict -> our model config. Refuses what we cannot compute."""
     layout = LAYOUTS[name]
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise Unrepresentable(f"position_embedding_type={hf['position_embedding_type']!r} is "
@@ -426,7 +426,7 @@ def config_from_hf(hf: dict, name: str) -> tuple:
     cfg.share_layers = bool(layout.albert and hf.get("num_hidden_groups", 1) == 1
                             and cfg.num_layers > 1)
     cfg.tie_embeddings = bool(hf.get("tie_word_embeddings", True))
-    return cfg, pad_id
+    return cfg
 
 
 def drop_empty_token_types(cfg, params) -> None:
@@ -439,7 +439,7 @@ def drop_empty_token_types(cfg, params) -> None:
 
 def _family(name: str, architectures: dict) -> F.Family:
     def from_hf(hf):
-        return config_from_hf(hf, name)[0]
+        return config_from_hf(hf, name)
 
     def params_from(tensors, cfg):
         params = params_from_hf(tensors, cfg, name)

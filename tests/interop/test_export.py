@@ -250,8 +250,8 @@ def test_rtd_workdir_exports_discriminator_and_generator(tmp_path):
     assert type(gen).__name__ == "ElectraForMaskedLM"
     ids, seg, mask = _batch()
     ids = np.minimum(ids, p.model_cfg.vocab_size - 1)
-    model = config_lib and models.Electra(models.freeze(p.model_cfg),
-                                          models.freeze(export_lib._generator_cfg(p)))
+    model = models.Electra(models.freeze(p.model_cfg),
+                           models.freeze(export_lib._generator_cfg(p)))
     args = [a.astype(np.int32) for a in (ids, seg, mask)]
     rtd, _ = model.apply({"params": p.params}, *args, None, None, method=models.Electra.discriminate)
     gen_logits = model.apply({"params": p.params}, *args, None, None, None,
