@@ -3,19 +3,25 @@
     python -m encoder.suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
         [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
         [--probe] [--random_init] [--train_per_class=K]
+    python -m encoder.suite --baseline=bow|majority [--tasks=DIR] --workdir=OUT \\
+        [--only=...] [--train_per_class=K] [--max_train=N] [--max_eval=N] [--seeds=N]
 
 Without --tasks it builds the embedded default suite from the standard
 library's documentation (every task type). Writes OUT/suite.csv, suite.md,
 suite.png, suite.json and runs.csv; every fine-tuning run is a workdir under
 OUT/runs/<task>/<lr>/<seed>/, finished ones are skipped and interrupted ones
-resumed. The conventions are in encoder/eval/suite/presets.py.
+resumed. The conventions are in encoder/eval/suite/presets.py. --baseline
+scores a method with no model (TF-IDF bag of words, or the majority class) on
+the same data into the same files (encoder/eval/suite/baseline.py).
 """
 import signal
 
 from absl import app, flags, logging
 
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
-                    "folder, or hf:DIR", required=True)
+                    "folder, or hf:DIR (or give --baseline)")
+flags.DEFINE_string("baseline", "", "score a method with no model instead: bow (TF-IDF) | "
+                    "majority (encoder/eval/suite/baseline.py); not with --init_from")
 flags.DEFINE_string("workdir", None, "the suite's output folder", required=True)
 flags.DEFINE_string("tasks", "", "a folder of task folders (GLUE's layout, JSONL with "
                     "task.json, STS, BEIR retrieval); empty: the embedded default suite")
@@ -62,10 +68,12 @@ def main(argv):
         lrs = tuple(float(x) for x in f.learning_rates)
     except ValueError:
         raise app.UsageError(f"--learning_rates must be numbers, got {f.learning_rates}") from None
+    if not f.init_from and not f.baseline:
+        raise app.UsageError("give the model (--init_from) or a --baseline")
     opts = battery.SuiteOptions(
-        init_from=f.init_from, workdir=f.workdir, tasks=f.tasks, preset=f.preset,
-        seeds=f.seeds, learning_rates=lrs, epochs=f.epochs, parallel=f.parallel,
-        probe=f.probe, random_init=f.random_init, pooling=f.pooling,
+        init_from=f.init_from or "", workdir=f.workdir, tasks=f.tasks, preset=f.preset,
+        baseline=f.baseline, seeds=f.seeds, learning_rates=lrs, epochs=f.epochs,
+        parallel=f.parallel, probe=f.probe, random_init=f.random_init, pooling=f.pooling,
         embedding_pooling=f.embedding_pooling, max_train=f.max_train, max_eval=f.max_eval,
         train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
         finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train)

@@ -119,14 +119,22 @@ def binary_f1(labels, preds, positive) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def _row_dots(a, b) -> np.ndarray:
+    """[N] row-wise dot products of two [N, D] arrays, or of two scipy sparse matrices
+    (TF-IDF rows: no dense [N, V] copy)."""
+    if hasattr(a, "multiply"):
+        return np.asarray(a.multiply(b).sum(-1), np.float64).ravel()
+    return np.sum(np.asarray(a, np.float64) * np.asarray(b, np.float64), -1)
+
+
 def cosine_spearman(a, b, gold) -> float:
     """MTEB's STS score: Spearman correlation of the pairs' cosine similarity with gold.
 
-    a, b: [N, D] embeddings of each pair's two texts (any norm); gold: [N].
+    a, b: [N, D] embeddings of each pair's two texts (any norm; or scipy sparse rows);
+    gold: [N].
     """
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    cos = np.sum(a * b, -1) / np.maximum(
-        np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1), 1e-12)  # [N]
+    cos = _row_dots(a, b) / np.maximum(np.sqrt(_row_dots(a, a) * _row_dots(b, b)),
+                                       1e-12)  # [N]
     return spearman(np.asarray(gold, float), cos)
 
 

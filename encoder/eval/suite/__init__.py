@@ -7,5 +7,6 @@ catalog.py    which tasks a folder holds; each task's data prepared for the runs
 runs.py       the fine-tuning runs as resumable, parallel subprocesses
 embedding.py  STS and retrieval scored on frozen embeddings (MTEB's conventions)
 report.py     medians, the learning-rate choice, averages; suite.csv / .md / .png
+baseline.py   rows for a method with no model (--baseline=bow | majority), same files
 battery.py    the whole command, start to finish
 """

@@ -8,6 +8,9 @@ the fine-tuning grid as subprocesses (tasks that start from another task's
 model, e.g. RTE from MNLI, in a second wave once that task's learning rate is
 chosen), read every finished run back and write the report. Everything
 finished is kept on disk and skipped by the next start.
+
+`run_suite(SuiteOptions(baseline="bow", ...))` scores a method with no model instead
+(suite/baseline.py) on the same prepared data, into the same report files.
 """
 import dataclasses
 import json
@@ -16,6 +19,7 @@ import os
 import sys
 import time
 
+from encoder.eval.suite import baseline as baseline_lib
 from encoder.eval.suite import catalog, embedding, presets, report, runs as runs_lib
 
 EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
@@ -43,6 +47,13 @@ class SuiteOptions:
     finetune_set: tuple = ()       # field=value overrides for every fine-tuning run
     probe_max_train: int = 2000
     env: dict | None = None        # the fine-tuning subprocesses' environment
+    baseline: str = ""             # a method with no model instead (suite/baseline.py)
+
+
+# Options that only mean something for a model: a baseline run refuses them.
+MODEL_ONLY = ("init_from", "learning_rates", "epochs", "parallel", "probe", "random_init",
+              "pooling", "embedding_pooling", "intermediate", "finetune_set",
+              "probe_max_train")
 
 
 def embedded_tasks(root: str) -> str:
@@ -112,15 +123,9 @@ def plan(tasks: list, prepared: dict, preset: dict, opts: SuiteOptions, root: st
 
 def collect(task, task_runs: list, prepared, rule: str) -> list:
     """Rows {task, lr, seed, metrics, score, dir} of a task's finished runs."""
-    rows = []
     gold = {"dev": prepared.dev, "test": prepared.test}
-    for run in task_runs:
-        if runs_lib.finished(run):
-            m = report.run_metrics(task, run.dir, gold)
-            rows.append({"task": task.name, "lr": run.lr, "seed": run.seed, "metrics": m,
-                         "score": report.task_score(m, report.score_metrics(task, rule)),
-                         "dir": run.dir})
-    return rows
+    return [report.row(task, run.lr, run.seed, report.run_metrics(task, run.dir, gold), rule,
+                       run.dir) for run in task_runs if runs_lib.finished(run)]
 
 
 def start_for(run, start_task, start_rows: list, start_runs: list, rule: str):
@@ -153,10 +158,9 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
                 return embedding.evaluate(task, encode, preset["max_eval"])
             raw = embedding.cached(os.path.join(root, "embeddings", task.name, f"{seed}.json"),
                                    key, compute)
-            m = {k: report.percent(k, v) for k, v in raw.items()}
-            rows.append({"task": task.name, "lr": None, "seed": seed, "metrics": m,
-                         "score": report.task_score(m, task.score_metrics),
-                         "dir": os.path.join(root, "embeddings", task.name)})
+            rows.append(report.row(task, None, seed,
+                                   {k: report.percent(k, v) for k, v in raw.items()},
+                                   preset["average"], os.path.join(root, "embeddings", task.name)))
     return rows
 
 
@@ -203,7 +207,34 @@ def data_notes(prepared: dict) -> list:
     return notes
 
 
+def find_tasks(opts: SuiteOptions, root: str) -> tuple[str, list]:
+    """(the tasks folder, its tasks after --only); skipped folders are printed."""
+    tasks_dir = os.path.abspath(opts.tasks) if opts.tasks else embedded_tasks(root)
+    tasks, notes = catalog.discover(tasks_dir, list(opts.only))
+    for n in notes:
+        print(n, flush=True)
+    return tasks_dir, tasks
+
+
+def prepare_tasks(tasks: list, root: str, preset: dict, opts: SuiteOptions) -> dict:
+    """task name -> catalog.Prepared, for every fine-tuned task (OUT/data/<task>/)."""
+    return {t.name: catalog.prepare(t, os.path.join(root, "data"), list(range(preset["seeds"])),
+                                    preset["max_train"], preset["max_eval"],
+                                    opts.train_per_class)
+            for t in tasks if t.kind == "finetune"}
+
+
+def subset_header(opts: SuiteOptions, preset: dict) -> dict:
+    return {"train subset": (f"{opts.train_per_class} per class and seed"
+                             if opts.train_per_class else preset["max_train"] or "all"),
+            "dev subset": preset["max_eval"] or "all"}
+
+
 def run_suite(opts: SuiteOptions) -> dict:
+    if opts.baseline:
+        return run_baseline(opts)
+    if not opts.init_from:
+        raise ValueError("the suite needs a model (--init_from) or a --baseline")
     from encoder.checkpoints import sources
     from encoder.model import models
     t0 = time.time()
@@ -211,10 +242,7 @@ def run_suite(opts: SuiteOptions) -> dict:
     os.makedirs(root, exist_ok=True)
     if opts.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {opts.parallel}")
-    tasks_dir = os.path.abspath(opts.tasks) if opts.tasks else embedded_tasks(root)
-    tasks, notes = catalog.discover(tasks_dir, list(opts.only))
-    for n in notes:
-        print(n, flush=True)
+    tasks_dir, tasks = find_tasks(opts, root)
     src = sources.load(opts.init_from)
     preset = resolve_preset(opts, src.model_cfg.hidden_size)
     models.validate_pooling(preset["pooling"])  # a typo fails here, not in every child
@@ -224,10 +252,7 @@ def run_suite(opts: SuiteOptions) -> dict:
         raise ValueError(f"--finetune_set expects field=value, got {bad}")
     rule = preset["average"]
     seeds = list(range(preset["seeds"]))
-    prepared = {t.name: catalog.prepare(t, os.path.join(root, "data"), seeds,
-                                        preset["max_train"], preset["max_eval"],
-                                        opts.train_per_class)
-                for t in tasks if t.kind == "finetune"}
+    prepared = prepare_tasks(tasks, root, preset, opts)
     starts = intermediate_plan(opts, preset, [t.name for t in tasks])
     all_runs = plan(tasks, prepared, preset, opts, root, starts)
     print(f"{len(tasks)} tasks, {len(all_runs)} fine-tuning runs "
@@ -270,14 +295,69 @@ def run_suite(opts: SuiteOptions) -> dict:
               "average rule": rule, "intermediate starts": starts or "none",
               "fine-tuning pooling": preset["pooling"],
               "embedding pooling": opts.embedding_pooling,
-              "train subset": (f"{opts.train_per_class} per class and seed"
-                               if opts.train_per_class else preset["max_train"] or "all"),
-              "dev subset": preset["max_eval"] or "all",
+              **subset_header(opts, preset),
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
     result = report.write_all(root, tasks, rows, rule, header, failures, data_notes(prepared),
                               probes)
     if failures:
         print(f"{len(failures)} run(s) failed:\n" + "\n".join(f"  {f}" for f in failures),
+              file=sys.stderr, flush=True)
+    result["failed"] = len(failures)
+    return result
+
+
+def check_baseline_options(opts: SuiteOptions) -> None:
+    """A baseline scores no model: a model's option beside it is an error, not ignored."""
+    baseline_lib.check(opts.baseline)
+    if opts.init_from:
+        raise ValueError(f"--baseline={opts.baseline} scores no model, so --init_from="
+                         f"{opts.init_from} has no meaning beside it: run the model's suite "
+                         "and the baseline into two workdirs and put their suite.csv rows "
+                         "side by side")
+    default = SuiteOptions(init_from="", workdir="")
+    given = [k for k in MODEL_ONLY if getattr(opts, k) != getattr(default, k)]
+    if given:
+        raise ValueError(f"--baseline={opts.baseline} scores no model; these options only "
+                         f"apply to a model's suite: {', '.join('--' + k for k in given)}")
+
+
+def run_baseline(opts: SuiteOptions) -> dict:
+    """The suite's report for a method with no model (suite/baseline.py): the same tasks,
+    prepared data (per-seed training draws included), metrics and averages."""
+    t0 = time.time()
+    check_baseline_options(opts)
+    root = os.path.abspath(opts.workdir)
+    saved = os.path.join(root, "suite.json")
+    if os.path.exists(saved):  # never overwrite a model's report (hours of runs) with this
+        with open(saved) as f:
+            source = str(json.load(f).get("header", {}).get("source", ""))
+        if not source.startswith("baseline:"):
+            raise ValueError(f"{root} holds a model's suite ({source}); a baseline writes "
+                             "suite.csv, suite.md and suite.json too: choose another --workdir")
+    os.makedirs(root, exist_ok=True)
+    tasks_dir, tasks = find_tasks(opts, root)
+    # The width picks only learning rates and layer decay, which no baseline uses.
+    preset = resolve_preset(opts, hidden_size=0)
+    rule = preset["average"]
+    prepared = prepare_tasks(tasks, root, preset, opts)
+    scored, rows, notes, failures = baseline_lib.score_tasks(
+        opts.baseline, tasks, prepared, list(range(preset["seeds"])), preset["max_eval"],
+        root, rule)
+    described = baseline_lib.DESCRIPTIONS[opts.baseline]
+    header = {"source": f"baseline:{opts.baseline} (no model)", "tasks": tasks_dir,
+              "preset": opts.preset,
+              "method": {t: described[t] for t in dict.fromkeys(x.type for x in scored)},
+              "seeds": f"{preset['seeds']}: one run per distinct training file (the "
+                       "methods are deterministic; a task trained on all of its data runs once)",
+              "average rule": rule,
+              **({"fitted on": baseline_lib.FITTED_ON[opts.baseline]}
+                 if opts.baseline in baseline_lib.FITTED_ON else {}),
+              **subset_header(opts, preset),
+              "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
+    result = report.write_all(root, scored, rows, rule, header, failures,
+                              notes + data_notes(prepared))
+    if failures:
+        print(f"{len(failures)} task(s) failed:\n" + "\n".join(f"  {f}" for f in failures),
               file=sys.stderr, flush=True)
     result["failed"] = len(failures)
     return result

@@ -10,7 +10,8 @@ main retrieval score), MRR@10 and recall@{1, 10, 100} (encoder/eval/metrics.py).
 
 Vectors come from encoder/eval/intrinsic.py's embed_texts (the `embed` job's
 pooling and L2 normalisation), so a contrastively fine-tuned workdir or an
-imported sentence encoder is scored the way MTEB scores it.
+imported sentence encoder is scored the way MTEB scores it. `encode` may also
+return scipy sparse rows (the bag-of-words baseline's TF-IDF vectors).
 """
 import csv
 import json
@@ -19,7 +20,7 @@ import os
 import numpy as np
 
 from encoder.data import tasks as tasks_lib
-from encoder.eval import intrinsic, metrics
+from encoder.eval import metrics
 from encoder.eval.suite import catalog
 
 RECALL_AT = (1, 10, 100)
@@ -28,6 +29,8 @@ RECALL_AT = (1, 10, 100)
 def encoder_fn(model_cfg, params, tokenizer, pooling: str, max_len: int,
                batch_size: int = 64):
     """texts -> [N, D] unit vectors."""
+    from encoder.eval import intrinsic  # jax: only a model's suite needs it
+
     def encode(texts):
         return intrinsic.embed_texts(model_cfg, params, tokenizer, list(texts), pooling,
                                      max_len, batch_size)
@@ -101,13 +104,18 @@ def read_retrieval(files: dict, max_eval: int = 0, seed: int = 0):
 def rank(query_vecs: np.ndarray, doc_vecs: np.ndarray, doc_ids: list, k: int) -> list[list]:
     """Each query's top-k document ids by cosine similarity of unit vectors, best first."""
     sims = query_vecs @ doc_vecs.T  # [Q, N]
+    sims = sims.toarray() if hasattr(sims, "toarray") else np.asarray(sims)  # sparse rows
     k = min(k, doc_vecs.shape[0])
     top = np.argsort(-sims, axis=1, kind="stable")[:, :k]  # [Q, k]
     return [[doc_ids[j] for j in row] for row in top]
 
 
+def document_texts(corpus: list[dict]) -> list[str]:
+    return [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
+
+
 def retrieval_scores(encode, corpus, queries, qrels) -> dict:
-    docs = encode([(d.get("title", "") + " " + d["text"]).strip() for d in corpus])
+    docs = encode(document_texts(corpus))
     q = encode([x["text"] for x in queries])
     ranked = rank(q, docs, [d["_id"] for d in corpus], max(RECALL_AT))
     rankings = {x["_id"]: r for x, r in zip(queries, ranked)}

@@ -69,6 +69,13 @@ def task_score(values: dict, names) -> float:
     return float(np.mean([values[n] for n in names]))
 
 
+def row(task, lr, seed: int, values: dict, rule: str, where: str) -> dict:
+    """One run's row {task, lr, seed, metrics, score, dir}; lr None: no learning rate
+    (embedding tasks, baselines). values: {metric name: percent}."""
+    return {"task": task.name, "lr": lr, "seed": seed, "metrics": values,
+            "score": task_score(values, score_metrics(task, rule)), "dir": where}
+
+
 def summarize(task, rows: list, rule: str) -> dict:
     """The task's line of the table from its runs' rows ({lr, seed, metrics}).
 

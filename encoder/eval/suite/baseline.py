@@ -1,0 +1,129 @@
+"""The suite's rows for a method with no model: `python -m encoder.suite --baseline=bow`.
+
+Every task goes through the same files and report as a model's runs, so the two tables
+line up row for row. A fine-tuned task's predictor (encoder/eval/baselines.py) is fitted
+on the prepared training file of each seed (OUT/data/<task>/train.seed<k>.jsonl under
+--train_per_class / --max_train: the very draw the model's run of that seed trains on; a
+task whose seeds all read one file is scored once, as seed 0, since the methods are
+deterministic), predicts the prepared dev (and MNLI's test) file and writes
+OUT/runs/<task>/<method>/<seed>/eval.json and predictions.jsonl in the fine-tuning job's
+form. Embedding tasks (bow only) write eval.json {"test": ...} from embedding.py's STS and
+retrieval scoring of TF-IDF vectors. report.run_metrics reads every run back (GLUE's F1
+from predictions.jsonl, percent), so metric names, medians, spreads and averages are the
+suite's own.
+
+No leakage: a fine-tuned task's TF-IDF is fitted on its training file alone. Embedding
+tasks have no training split, so their IDF comes from the unlabelled texts being scored,
+as a search engine indexes its collection: the retrieval corpus (queries not included)
+and the STS pairs' texts; never the gold scores or the relevance judgements.
+"""
+import json
+import os
+
+from encoder import registry
+from encoder.data import tasks as tasks_lib
+from encoder.eval import baselines
+from encoder.eval.suite import embedding, report
+
+# What each method does per task type, for suite.md's header.
+DESCRIPTIONS = {
+    "bow": {"classification": "TF-IDF logistic regression (pairs: [a, b, |a-b|, a*b])",
+            "regression": "TF-IDF ridge regression (pairs: [a, b, |a-b|, a*b])",
+            "tagging": "each word's most frequent training tag (unseen words: O)",
+            "qa": "the best TF-IDF sentence minus the question",
+            "sts": "cosine of TF-IDF vectors", "retrieval": "TF-IDF cosine ranking"},
+    "majority": {"classification": "the most frequent training label",
+                 "tagging": "the most frequent training tag",
+                 "qa": "the context's first word"},
+}
+
+# What each method's statistics are fitted on, for the header (a method with none: absent).
+FITTED_ON = {"bow": "TF-IDF on each task's training file; embedding tasks: on the unlabelled "
+                    "texts scored (retrieval corpus, STS pairs)"}
+
+
+def bow_embedding_scores(task, max_eval: int = 0) -> dict:
+    """Raw metrics of an STS or retrieval task on TF-IDF vectors (IDF: module docstring)."""
+    if task.kind == "sts":
+        examples = embedding.read_sts(task.files["test"], max_eval)
+        encode = baselines.tfidf_encoder([ex["text_a"] for ex in examples] +
+                                         [ex["text_b"] for ex in examples])
+        return embedding.sts_scores(encode, examples)
+    corpus, queries, qrels = embedding.read_retrieval(task.files, max_eval)
+    encode = baselines.tfidf_encoder(embedding.document_texts(corpus))
+    return embedding.retrieval_scores(encode, corpus, queries, qrels)
+
+
+EMBEDDING = {"bow": bow_embedding_scores}
+
+
+def check(method: str) -> None:
+    registry.lookup(baselines.METHODS, method, "baseline")
+
+
+def run_dir(root: str, task: str, method: str, seed: int) -> str:
+    return os.path.join(root, "runs", task, method, str(seed))
+
+
+def write_run(out_dir: str, results: dict, predictions: list) -> None:
+    """eval.json and predictions.jsonl as the fine-tuning job writes them (an undefined
+    correlation stays NaN: the report shows it rather than hiding the task)."""
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "eval.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(out_dir, "predictions.jsonl"), "w") as f:
+        for p in predictions:
+            f.write(json.dumps(p) + "\n")
+
+
+def score_finetune_task(task, predict, train_path: str, eval_paths: dict, out_dir: str) -> None:
+    """Fits `predict` on train_path, scores every eval split (dev, test) into out_dir."""
+    train = tasks_lib.read_jsonl(train_path, task.type)
+    splits = {name: tasks_lib.read_jsonl(path, task.type) for name, path in eval_paths.items()
+              if path}
+    results, lines = {}, []
+    for (name, examples), preds in zip(splits.items(), predict(train, list(splits.values()))):
+        results[name] = baselines.score(task.type, examples, preds)
+        lines += [{"split": name, "index": i, **p} for i, p in enumerate(preds)]
+    write_run(out_dir, results, lines)
+
+
+def _score_task(method: str, task, prepared: dict, seeds: list, max_eval: int, root: str,
+                rule: str) -> list:
+    """The task's rows: one per distinct training file, or one for an embedding task."""
+    table = baselines.METHODS[method]
+    if task.kind != "finetune":
+        d = run_dir(root, task.name, method, 0)
+        write_run(d, {"test": EMBEDDING[method](task, max_eval)}, [])
+        return [report.row(task, None, 0, report.run_metrics(task, d, {}), rule, d)]
+    p = prepared[task.name]
+    gold = {"dev": p.dev, "test": p.test}
+    rows, done = [], set()
+    for seed in seeds:
+        if p.train[seed] in done:
+            continue
+        done.add(p.train[seed])
+        d = run_dir(root, task.name, method, seed)
+        score_finetune_task(task, table[task.type], p.train[seed], gold, d)
+        rows.append(report.row(task, None, seed, report.run_metrics(task, d, gold), rule, d))
+    return rows
+
+
+def score_tasks(method: str, tasks: list, prepared: dict, seeds: list, max_eval: int,
+                root: str, rule: str) -> tuple[list, list, list, list]:
+    """(the tasks scored, their rows, notes, failures). A task the method has no rule for
+    is left out with a note; a task whose scoring raises (e.g. a correlation over one dev
+    row) is a failure, reported as a model's failed run is, and the others go on."""
+    check(method)
+    scored, rows, notes, failures = [], [], [], []
+    for task in tasks:
+        if (task.type not in baselines.METHODS[method] if task.kind == "finetune"
+                else method not in EMBEDDING):
+            notes.append(f"{task.name}: no {method} baseline for {task.type} tasks; left out")
+            continue
+        scored.append(task)
+        try:
+            rows += _score_task(method, task, prepared, seeds, max_eval, root, rule)
+        except Exception as e:  # noqa: BLE001 (reported with its message, exit 1)
+            failures.append(f"{task.name}/{method}: {type(e).__name__}: {e}")
+    return scored, rows, notes, failures

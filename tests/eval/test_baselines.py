@@ -1,0 +1,271 @@
+"""Baselines with no model (encoder/eval/baselines.py) and their suite rows
+(python -m encoder.suite --baseline=bow): each method's score on a toy task against a
+value worked out by hand, every task type through the suite's own files and report, the
+few-shot draws of the model's runs, and the refusals."""
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from encoder.eval import baselines, metrics
+from encoder.eval.suite import battery, catalog, embedding
+from helpers import ROOT, topic_task, write_jsonl
+from test_suite import write_glue
+
+# ------------------------------------------------------------------------ toy tasks
+
+TAG_TRAIN = [  # "path": B-ARG twice, O once -> B-ARG; "mode": B-ARG then O (a tie: first seen)
+    {"tokens": ["the", "path", "is", "a", "path"], "tags": ["O", "B-ARG", "O", "O", "B-ARG"]},
+    {"tokens": ["path", "mode", "mode"], "tags": ["O", "B-ARG", "O"]},
+    {"tokens": ["the", "name", "of", "it"], "tags": ["O", "B-ARG", "I-ARG", "O"]},
+]
+TAG_DEV = [  # gold entities (1,1) (3,3) (5,6); predicted O B B O B I -> (1,1) (2,2) (4,5)
+    {"tokens": ["the", "path", "mode", "zebra", "name", "of", "it"],
+     "tags": ["O", "B-ARG", "O", "B-ARG", "O", "B-ARG", "I-ARG"]},
+]
+
+QA_TRAIN = [{"question": "When was it built?", "context": "It was built in 1889.",
+             "answer_text": "1889", "answer_start": 16},
+            {"question": "Open a file and return a stream.",
+             "context": "open: Open a file and return a stream.\nclose: Flush and close the "
+                        "stream.", "answer_text": "open", "answer_start": 0}]
+QA_DEV = [
+    # the second line wins; aligned with the question, "close" is what is left: exact
+    {"question": "Flush and close the stream.",
+     "context": "open: Open a file and return a stream.\nclose: Flush and close the stream.",
+     "answer_text": "close", "answer_start": 39},
+    # the second sentence wins (was, built, it); left over: "was" (between two aligned
+    # words) and "in 1889" (the longest run) -> "in 1889": EM 0, F1 2 * (1/2 * 1) / 1.5 = 2/3
+    {"question": "When was it built?",
+     "context": "The tower is tall. It was built in 1889.",
+     "answer_text": "1889", "answer_start": 35},
+]
+
+STS_PAIRS = [  # cosines 1, strictly between 0 and 1, 0: gold ranks 1, 3, 2 -> Spearman -0.5
+    {"text_a": "parse json text", "text_b": "parse json text", "label": 1.0},
+    {"text_a": "read the socket", "text_b": "read the file", "label": 5.0},
+    {"text_a": "thread lock", "text_b": "compress bytes", "label": 3.0},
+]
+
+CORPUS = [{"_id": "d1", "title": "", "text": "write text to a file"},
+          {"_id": "d2", "title": "json", "text": "parse json text into objects"},
+          {"_id": "d3", "title": "", "text": "parse the command line"}]
+QUERIES = [{"_id": "q1", "text": "parse json text"},  # d2 shares every word: first
+           {"_id": "q2", "text": "zebra"}]            # no word in the corpus: d3 comes last
+QRELS = "query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td3\t1\n"
+# q1: rank 1; q2: rank 3 of 3 (ties kept in corpus order) -> nDCG@10 (1 + 1/log2(4)) / 2,
+# MRR@10 (1 + 1/3) / 2, recall@1 1/2, recall@10 1.
+RETRIEVAL = {"ndcg_at_10": 0.75, "mrr_at_10": 2 / 3, "recall_at_1": 0.5, "recall_at_10": 1.0,
+             "recall_at_100": 1.0}
+
+
+def _pair_regression():
+    """Two kinds of pair, "high" (5) and "low" (0): two distinct feature rows, so the ridge
+    predictions are two values and both correlations are exactly 1 (-1 if reversed)."""
+    row = lambda w, y: {"text_a": f"value {w}", "text_b": f"value {w}", "label": y}  # noqa
+    return [row("high", 5.0), row("low", 0.0)] * 4, [row("low", 0.0), row("high", 5.0)] * 3
+
+
+def _task(folder, meta: dict, splits: dict) -> str:
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "task.json"), "w") as f:
+        json.dump(meta, f)
+    for name, rows in splits.items():
+        write_jsonl(os.path.join(folder, name), rows)
+    return str(folder)
+
+
+def every_type(root) -> str:
+    """A tasks folder with one toy task of every type."""
+    topic_task(root / "topic", n_train=64, n_dev=24)  # io iff the word "file": separable
+    pairs = [{"text_a": f"aa {w}", "text_b": f"aa {w}", "label": "same"} for w in "uvw"] + \
+        [{"text_a": f"bb {w}", "text_b": f"cc {w}", "label": "other"} for w in "uvw"]
+    _task(root / "pairs", {"type": "classification"}, {"train.jsonl": pairs, "dev.jsonl": pairs})
+    train, dev = _pair_regression()
+    _task(root / "scores", {"type": "regression"}, {"train.jsonl": train, "dev.jsonl": dev})
+    _task(root / "tags", {"type": "tagging"}, {"train.jsonl": TAG_TRAIN, "dev.jsonl": TAG_DEV})
+    _task(root / "qa", {"type": "qa"}, {"train.jsonl": QA_TRAIN, "dev.jsonl": QA_DEV})
+    _task(root / "sts", {"type": "sts"}, {"test.jsonl": STS_PAIRS})
+    _task(root / "search", {"type": "retrieval"}, {"corpus.jsonl": CORPUS,
+                                                   "queries.jsonl": QUERIES})
+    os.makedirs(root / "search" / "qrels")
+    (root / "search" / "qrels" / "test.tsv").write_text(QRELS)
+    return str(root)
+
+
+# --------------------------------------------------------------------- the methods
+
+def test_tagging_takes_each_words_most_frequent_tag():
+    (pred,), = baselines.tag_by_word(TAG_TRAIN, [TAG_DEV])
+    assert pred["tags"] == ["O", "B-ARG", "B-ARG", "O", "B-ARG", "I-ARG", "O"]
+    # gold (1,1) (3,3) (5,6); predicted (1,1) (2,2) (4,5): 1 of 3 each way
+    m = baselines.score("tagging", TAG_DEV, [pred])
+    assert m["entity_precision"] == pytest.approx(1 / 3)
+    assert m["entity_f1"] == pytest.approx(1 / 3)
+    (const,), = baselines.majority_tag(TAG_TRAIN, [TAG_DEV])
+    assert set(const["tags"]) == {"O"}
+    assert baselines.score("tagging", TAG_DEV, [const])["entity_f1"] == 0.0
+
+
+def test_qa_answers_with_the_best_sentence_minus_the_question():
+    preds, = baselines.qa_best_sentence(QA_TRAIN, [QA_DEV])
+    assert [p["answer"] for p in preds] == ["close", "in 1889"]  # edge punctuation trimmed
+    m = baselines.score("qa", QA_DEV, preds)
+    assert m["exact_match"] == pytest.approx(50.0)
+    assert m["f1"] == pytest.approx((100 + 200 / 3) / 2)
+    first, = baselines.qa_first_word(QA_TRAIN, [QA_DEV])
+    assert [p["answer"] for p in first] == ["open:", "The"]
+    assert baselines.sentence_spans("a b. c\n\nd e") == [(0, 4), (5, 6), (8, 11)]
+
+
+def test_bow_is_fitted_on_the_training_split_only():
+    train = [{"text": "alpha beta", "label": "a"}, {"text": "gamma delta", "label": "b"}]
+    dev = [{"text": "omega zeta"}, {"text": "alpha"}]
+    _, (x_dev,) = baselines.bow_features(train, [dev])
+    assert x_dev[0].nnz == 0 and x_dev[1].nnz == 1  # dev words have no column
+    pair = [{"text_a": "alpha", "text_b": "beta", "label": 1.0}]
+    x, (xp,) = baselines.bow_features(pair, [[{"text_a": "omega", "text_b": "alpha"}]])
+    assert x.shape == xp.shape and x.shape[1] == 4 * 2  # [a, b, |a-b|, a*b] over 2 words
+    # a one-class draw answers with that class instead of failing
+    one = [{"text": "alpha", "label": 7}, {"text": "beta", "label": 7}]
+    assert baselines.bow_logistic_regression(one, [dev])[0] == [{"label": 7}] * 2
+
+
+def test_labels_keep_their_type_and_the_majority_is_the_most_frequent():
+    train = [{"text": "aa xx", "label": 1}, {"text": "bb yy", "label": 0},
+             {"text": "cc yy", "label": 0}]
+    assert baselines.majority_label(train, [[{}, {}]]) == [[{"label": 0}] * 2]
+    preds, = baselines.bow_logistic_regression(train, [train])
+    assert {type(p["label"]) for p in preds} == {int}
+
+
+def test_tfidf_vectors_score_sts_and_retrieval_by_hand():
+    encode = baselines.tfidf_encoder([p["text_a"] for p in STS_PAIRS] +
+                                     [p["text_b"] for p in STS_PAIRS])
+    a, b = encode([p["text_a"] for p in STS_PAIRS]), encode([p["text_b"] for p in STS_PAIRS])
+    assert sparse.issparse(a)
+    assert metrics.cosine_spearman(a, b, [p["label"] for p in STS_PAIRS]) == pytest.approx(-0.5)
+    # sparse rows score as their dense copies do
+    assert metrics.cosine_spearman(a, b, [3, 1, 2]) == pytest.approx(
+        metrics.cosine_spearman(a.toarray(), b.toarray(), [3, 1, 2]))
+    docs = embedding.document_texts(CORPUS)
+    assert docs[1] == "json parse json text into objects"
+    enc = baselines.tfidf_encoder(docs)
+    assert embedding.rank(enc(["parse json text"]), enc(docs), ["d1", "d2", "d3"], 3)[0][0] == "d2"
+    qrels = {"q1": {"d2": 1}, "q2": {"d3": 1}}
+    assert embedding.retrieval_scores(enc, CORPUS, QUERIES, qrels) == pytest.approx(RETRIEVAL)
+
+
+# ----------------------------------------------------------------------- the suite
+
+def _csv(path) -> dict:
+    with open(path) as f:
+        return {r["task"]: r for r in csv.DictReader(f)}
+
+
+def test_the_bow_row_scores_every_task_type(tmp_path):
+    tasks = every_type(tmp_path / "tasks")
+    out = tmp_path / "out"
+    result = battery.run_suite(battery.SuiteOptions("", str(out), tasks=tasks, baseline="bow"))
+    assert result["failed"] == 0 and not result["missing"]
+    rows = _csv(out / "suite.csv")
+    by = {s["task"]: s for s in result["tasks"]}
+    assert set(by) == {"topic", "pairs", "scores", "tags", "qa", "sts", "search"}
+    assert by["topic"]["median"] == 100.0           # the word "file" decides the label
+    assert by["scores"]["metrics"]["pearson"] == pytest.approx(100.0)
+    assert by["scores"]["metrics"]["spearman"] == pytest.approx(100.0)
+    assert by["tags"]["median"] == pytest.approx(100 / 3)
+    assert by["qa"]["metrics"] == pytest.approx({"exact_match": 50.0, "f1": (100 + 200 / 3) / 2})
+    assert by["qa"]["median"] == pytest.approx((50 + (100 + 200 / 3) / 2) / 2)
+    assert by["sts"]["median"] == pytest.approx(-50.0)
+    assert by["search"]["metrics"] == pytest.approx({k: 100 * v for k, v in RETRIEVAL.items()})
+    for name, s in by.items():  # the csv carries the same numbers, and no learning rate
+        assert float(rows[name]["median"]) == pytest.approx(s["median"], abs=1e-4)
+        assert rows[name]["lr"] == "" and s["seeds"] == 1
+    assert {by[n]["kind"] for n in ("sts", "search")} == {"sts", "retrieval"}
+    avg = result["averages"]
+    assert avg["average"] == pytest.approx(np.mean([s["median"] for s in by.values()]))
+    assert avg["embedding_tasks"] == ["search", "sts"]
+    # files of a model's run, read back by the suite's reader
+    run = out / "runs" / "tags" / "bow" / "0"
+    assert json.loads((run / "eval.json").read_text())["dev"]["entity_f1"] == pytest.approx(1 / 3)
+    assert (run / "predictions.jsonl").read_text().count('"split": "dev"') == 1
+    text = (out / "suite.md").read_text()
+    assert "baseline:bow" in text and "**average** (7 tasks)" in text
+    assert (out / "suite.png").stat().st_size > 0
+    assert battery.suite_average(str(out))["suite/average"] == pytest.approx(avg["average"])
+    # majority: constants, and no row for the types a constant cannot score
+    maj = battery.run_suite(battery.SuiteOptions("", str(tmp_path / "maj"), tasks=tasks,
+                                                 baseline="majority"))
+    assert {s["task"] for s in maj["tasks"]} == {"topic", "pairs", "tags", "qa"}
+    assert not maj["missing"] and maj["failed"] == 0
+    assert "scores: no majority baseline for regression" in (
+        tmp_path / "maj" / "suite.md").read_text()
+
+
+def test_few_shot_rows_use_the_model_runs_draws(tmp_path):
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=64, n_dev=32, seed=3)
+    out = tmp_path / "out"
+    result = battery.run_suite(battery.SuiteOptions("", str(out), tasks=str(tasks),
+                                                    baseline="bow", train_per_class=2, seeds=3))
+    s = result["tasks"][0]
+    train = catalog.read_split(catalog.task_of(str(tasks / "topic")), "train")[0]
+    dev = catalog.read_split(catalog.task_of(str(tasks / "topic")), "dev")[0]
+    expected = []
+    for seed in range(3):  # the draw a model's run of this seed trains on, made here again
+        draw = catalog.per_class(train, 2, seed)
+        with open(out / "data" / "topic" / f"train.seed{seed}.jsonl") as f:
+            assert [json.loads(line)["text"] for line in f] == [ex["text"] for ex in draw]
+        preds, = baselines.bow_logistic_regression(draw, [dev])
+        expected.append(100 * metrics.accuracy([ex["label"] for ex in dev],
+                                               [p["label"] for p in preds]))
+    assert s["seeds"] == 3 and s["median"] == pytest.approx(np.median(expected))
+    assert (s["min"], s["max"]) == pytest.approx((min(expected), max(expected)))
+    assert s["sd"] == pytest.approx(np.std(expected, ddof=1))
+    with open(out / "runs.csv") as f:
+        assert [r["seed"] for r in csv.DictReader(f)] == ["0", "1", "2"]
+
+
+def test_glue_layout_rows_and_a_failed_task(tmp_path):
+    out = tmp_path / "out"
+    result = battery.run_suite(battery.SuiteOptions("", str(out),
+                                                    tasks=write_glue(tmp_path / "glue"),
+                                                    baseline="bow"))
+    by = {s["task"]: s for s in result["tasks"]}
+    # STS-B has one dev row: its correlation cannot be computed; reported, the rest go on
+    assert result["failed"] == 1 and "STS-B/bow" in result["failures"][0]
+    assert result["missing"] == ["STS-B"]
+    assert set(by) == {"CoLA", "SST-2", "MRPC", "QQP", "MNLI", "QNLI", "RTE", "WNLI"}
+    assert set(by["MNLI"]["metrics"]) == {"accuracy_m", "accuracy_mm"}
+    # MRPC's one dev pair is positive: GLUE's F1 (from predictions.jsonl) equals accuracy
+    assert by["MRPC"]["metrics"]["f1"] == by["MRPC"]["metrics"]["accuracy"] in (0.0, 100.0)
+    assert math.isfinite(result["averages"]["glue"])
+
+
+def test_a_baseline_refuses_a_model_and_keeps_a_models_report(tmp_path):
+    with pytest.raises(ValueError, match="--init_from=runs/x has no meaning"):
+        battery.run_suite(battery.SuiteOptions("runs/x", str(tmp_path / "a"), baseline="bow"))
+    with pytest.raises(ValueError, match="only apply to a model's suite: --epochs, --probe"):
+        battery.run_suite(battery.SuiteOptions("", str(tmp_path / "a"), baseline="bow",
+                                               probe=True, epochs=3))
+    with pytest.raises(ValueError, match="valid names: bow, majority"):
+        battery.run_suite(battery.SuiteOptions("", str(tmp_path / "a"), baseline="bag"))
+    assert not (tmp_path / "a").exists()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "suite.json").write_text(json.dumps({"header": {"source": "runs/tiny"}}))
+    with pytest.raises(ValueError, match="holds a model's suite"):
+        battery.run_suite(battery.SuiteOptions("", str(model), baseline="bow"))
+    # the command line says so and exits non-zero, writing nothing
+    proc = subprocess.run([sys.executable, "-m", "encoder.suite", "--baseline=bow",
+                           "--init_from=runs/x", f"--workdir={tmp_path / 'cli'}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "has no meaning beside it" in proc.stderr
+    assert not (tmp_path / "cli").exists()
