@@ -2,7 +2,7 @@
 
     python -m encoder.suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
         [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
-        [--probe] [--random_init] [--train_per_class=K]
+        [--probe | --probe_only] [--random_init] [--train_per_class=K]
     python -m encoder.suite --baseline=bow|majority [--tasks=DIR] --workdir=OUT \\
         [--only=...] [--train_per_class=K] [--max_train=N] [--max_eval=N] [--seeds=N]
 
@@ -32,6 +32,8 @@ flags.DEFINE_list("learning_rates", [], "the learning-rate grid (empty: the pres
 flags.DEFINE_integer("epochs", -1, "epochs for every task (-1: the preset's per task)")
 flags.DEFINE_integer("parallel", 1, "fine-tuning runs at once")
 flags.DEFINE_bool("probe", False, "per-layer linear probes (layer x task table, heatmap)")
+flags.DEFINE_bool("probe_only", False, "the probes and the embedding tasks alone: no "
+                  "fine-tuning run")
 flags.DEFINE_bool("random_init", False, "the same architecture and tokenizer from random "
                   "initialisation: the control for every pretraining claim")
 flags.DEFINE_string("pooling", "", "fine-tuning pooling (empty: the preset's)")
@@ -76,7 +78,8 @@ def main(argv):
         parallel=f.parallel, probe=f.probe, random_init=f.random_init, pooling=f.pooling,
         embedding_pooling=f.embedding_pooling, max_train=f.max_train, max_eval=f.max_eval,
         train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
-        finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train)
+        finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train,
+        probe_only=f.probe_only)
     try:
         result = battery.run_suite(opts)
     except (TaskDataError, FileNotFoundError, ValueError) as e:

@@ -10,11 +10,20 @@ that size finds in any features. The result is a layer x task table (and a
 heatmap), the classic tool for comparing a pretrained encoder with the same
 architecture at random initialisation.
 
+Tagging tasks are probed per token (Tenney et al. 2019, "BERT rediscovers the
+classical NLP pipeline"; Hewitt & Manning 2019): the features of a word are the
+hidden states of its first piece (the piece fine-tuning labels, through
+tasks.featurize_tagging's alignment), a multinomial logistic regression on
+standardised features is fitted to at most `max_tokens` training words (a
+seeded draw), and dev is scored by entity F1 over BIO spans, the metric of the
+fine-tuning job and the suite; the control shuffles the drawn words' tags.
+
     python -m encoder.eval.probe --init_from=WORKDIR|hf:DIR --tasks=DIR[,DIR...] --out=OUT \
-        [--random_init] [--max_train=2000]
+        [--random_init] [--max_train=2000] [--max_tokens=20000]
 
 Each task folder holds train.jsonl and dev.jsonl (classification, or
-regression when every label is a number and task.json says {"type": "regression"}).
+regression when every label is a number and task.json says {"type": "regression"},
+or tagging with {"tokens", "tags"} rows and {"type": "tagging"}).
 """
 import json
 import os
@@ -25,6 +34,7 @@ import numpy as np
 
 from encoder.checkpoints import sources
 from encoder.data import tasks as tasks_lib
+from encoder.eval import metrics as metrics_lib
 from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
 
@@ -65,16 +75,24 @@ def layer_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
     return np.concatenate(out, axis=1)
 
 
-def fit_and_score(x_train, y_train, x_dev, y_dev, kind: str = "classification") -> float:
-    """Dev accuracy (classification) or Pearson r (regression) of a converged linear probe."""
+def fit_predict(x_train, y_train, x_dev, kind: str = "classification") -> np.ndarray:
+    """Dev predictions of a converged linear probe on features standardised on train
+    (logistic regression, multinomial over >2 classes; ridge for regression)."""
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.preprocessing import StandardScaler
     scale = StandardScaler().fit(x_train)
     a, b = scale.transform(x_train), scale.transform(x_dev)
     if kind == "regression":
-        pred = Ridge(alpha=1.0).fit(a, y_train).predict(b)
+        return Ridge(alpha=1.0).fit(a, y_train).predict(b)
+    return LogisticRegression(max_iter=5000).fit(a, y_train).predict(b)
+
+
+def fit_and_score(x_train, y_train, x_dev, y_dev, kind: str = "classification") -> float:
+    """Dev accuracy (classification) or Pearson r (regression) of a converged linear probe."""
+    pred = fit_predict(x_train, y_train, x_dev, kind)
+    if kind == "regression":
         return float(np.corrcoef(pred, y_dev)[0, 1])
-    return float(LogisticRegression(max_iter=5000).fit(a, y_train).score(b, y_dev))
+    return float(np.mean(pred == np.asarray(y_dev)))
 
 
 def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = "classification",
@@ -92,18 +110,100 @@ def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = "classifica
                         for l in range(len(f_train))]}
 
 
+def layer_token_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
+                         batch_size: int = 64, keep=None) -> tuple[np.ndarray, list]:
+    """([L+1, N, D] hidden states of each word's first piece, every layer with the
+    embeddings first; the N (example, word) indices). Words are aligned to pieces by
+    tasks.featurize_tagging, the fine-tuning featurizer; words past max_len have no
+    piece and no row. keep: the (example, word) pairs wanted (default: every word)."""
+    labels = tasks_lib.LabelSet.from_examples(examples, "tagging")  # only to featurize
+    arrays, word_pos = tasks_lib.featurize_tagging(examples, tokenizer, max_len, labels)
+    rows = [(r, w) for r, first in enumerate(word_pos) for w, p in enumerate(first) if p >= 0]
+    if keep is not None:
+        wanted = set(keep)
+        rows = [rw for rw in rows if rw in wanted]
+    width = max([len(first) for first in word_pos] + [1])  # W: one compiled shape
+    pos = np.zeros((len(examples), width), np.int32)  # [N_ex, W]
+    for r, first in enumerate(word_pos):
+        pos[r, :len(first)] = np.maximum(first, 0)
+    enc = Encoder(models.freeze(model_cfg))
+
+    @jax.jit
+    def gathered(p, ids, seg, mask, at):
+        _, aux = enc.apply({"params": p}, ids, seg, mask, return_all=True)
+        hs = jnp.stack(aux["hidden_states"])  # [L+1, B, T, D]
+        return jnp.take_along_axis(hs, at[None, :, :, None], axis=2)  # [L+1, B, W, D]
+
+    p = encoder_params(params)
+    by_example = {}
+    for r, w in rows:
+        by_example.setdefault(r, []).append(w)
+    needed = sorted(by_example)  # only the examples that hold a wanted word
+    out = []
+    for i in range(0, len(needed), batch_size):
+        chunk = needed[i:i + batch_size]
+        idx = np.asarray(chunk + [chunk[-1]] * (batch_size - len(chunk)))  # one compiled shape
+        hs = np.asarray(gathered(p, *(jnp.asarray(arrays[k][idx]) for k in
+                                      ("input_ids", "segment_ids", "attention_mask")),
+                                 jnp.asarray(pos[idx])))
+        for b, r in enumerate(chunk):
+            out.append(hs[:, b, by_example[r]])
+    order = [(r, w) for r in needed for w in by_example[r]]
+    dim = model_cfg.hidden_size
+    feats = np.concatenate(out, axis=1) if out else np.zeros(
+        (model_cfg.num_layers + 1, 0, dim), np.float32)
+    return feats, order
+
+
+def probe_tagging_task(model_cfg, params, tokenizer, train, dev, max_len: int = 128,
+                       seed: int = 0, max_tokens: int = 20000) -> dict:
+    """probe_task for tagging: {'layers': [dev entity F1 per layer], 'control': [...]}.
+
+    Per layer, a multinomial logistic regression on the standardised first-piece features
+    of at most max_tokens training words (seeded draw) predicts each dev word's tag;
+    words past max_len are tagged O (as Tagging.score does); entity F1 over BIO spans
+    (metrics.entity_f1) scores the dev tag sequences. The control fits the same words
+    with their tags shuffled among them."""
+    _, train_pos = tasks_lib.featurize_tagging(
+        train, tokenizer, max_len, tasks_lib.LabelSet.from_examples(train, "tagging"))
+    words = [(r, w) for r, first in enumerate(train_pos) for w, p in enumerate(first) if p >= 0]
+    rng = np.random.default_rng(seed)
+    if max_tokens and len(words) > max_tokens:
+        words = [words[i] for i in np.sort(rng.choice(len(words), max_tokens, replace=False))]
+    f_train, order = layer_token_features(model_cfg, params, tokenizer, train, max_len,
+                                          keep=words)
+    y_train = np.array([train[r]["tags"][w] for r, w in order])
+    shuffled = rng.permutation(y_train)
+    f_dev, dev_order = layer_token_features(model_cfg, params, tokenizer, dev, max_len)
+    gold = [ex["tags"] for ex in dev]
+
+    def score(pred) -> float:
+        tags = [["O"] * len(ex["tags"]) for ex in dev]
+        for (r, w), t in zip(dev_order, pred):
+            tags[r][w] = str(t)
+        return metrics_lib.entity_f1(gold, tags)["entity_f1"]
+
+    return {"layers": [score(fit_predict(f_train[l], y_train, f_dev[l]))
+                       for l in range(len(f_train))],
+            "control": [score(fit_predict(f_train[l], shuffled, f_dev[l]))
+                        for l in range(len(f_train))]}
+
+
 def read_task(folder: str, max_train: int = 0, seed: int = 0):
-    """(train, dev, kind) from a task folder; train subsampled to max_train (0: all)."""
+    """(train, dev, kind) from a task folder; train subsampled to max_train examples (0: all)."""
     kind = "classification"
     meta = os.path.join(folder, "task.json")
     if os.path.exists(meta):
         with open(meta) as f:
             kind = json.load(f).get("type", kind)
-    if kind not in ("classification", "regression"):
-        raise ValueError(f"{folder}: probes take classification or regression tasks, not {kind!r}")
+    if kind not in ("classification", "regression", "tagging"):
+        raise ValueError(f"{folder}: probes take classification, regression or tagging tasks, "
+                         f"not {kind!r}")
     train = tasks_lib.read_jsonl(os.path.join(folder, "train.jsonl"), kind)
     dev = tasks_lib.read_jsonl(os.path.join(folder, "dev.jsonl"), kind)
     for split, examples in (("train", train), ("dev", dev)):
+        if kind == "tagging":
+            continue  # read_jsonl required tokens and tags of equal length
         missing = [ex["_where"] for ex in examples if "label" not in ex]
         if missing:
             raise tasks_lib.TaskDataError(f"{missing[0]}: no 'label' field ({split} needs one)")
@@ -144,8 +244,12 @@ def main(argv):
     for folder in f.tasks:
         train, dev, kind = read_task(folder, f.max_train, f.seed)
         name = os.path.basename(os.path.normpath(folder))
-        table[name] = probe_task(src.model_cfg, params, src.tokenizer, train, dev, kind,
-                                 f.max_len, f.seed)
+        if kind == "tagging":
+            table[name] = probe_tagging_task(src.model_cfg, params, src.tokenizer, train, dev,
+                                             f.max_len, f.seed, f.max_tokens)
+        else:
+            table[name] = probe_task(src.model_cfg, params, src.tokenizer, train, dev, kind,
+                                     f.max_len, f.seed)
         print(f"{name}: layers {[round(x, 3) for x in table[name]['layers']]} "
               f"(control {[round(x, 3) for x in table[name]['control']]})", flush=True)
     os.makedirs(f.out, exist_ok=True)
@@ -161,6 +265,7 @@ if __name__ == "__main__":
     flags.DEFINE_string("out", None, "where probes.json and probes.png go", required=True)
     flags.DEFINE_bool("random_init", False, "probe the same architecture at random init")
     flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)")
+    flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)")
     flags.DEFINE_integer("max_len", 128, "tokens per input")
     flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
     app.run(main)

@@ -36,6 +36,7 @@ class SuiteOptions:
     epochs: int = -1               # -1: the preset's (0: by the model's width)
     parallel: int = 1
     probe: bool = False
+    probe_only: bool = False       # probes and embedding tasks, no fine-tuning
     random_init: bool = False
     pooling: str = ""              # fine-tuning pooling; "": the preset's
     embedding_pooling: str = "mean"
@@ -53,7 +54,7 @@ class SuiteOptions:
 # Options that only mean something for a model: a baseline run refuses them.
 MODEL_ONLY = ("init_from", "learning_rates", "epochs", "parallel", "probe", "random_init",
               "pooling", "embedding_pooling", "intermediate", "finetune_set",
-              "probe_max_train")
+              "probe_max_train", "probe_only")
 
 
 def embedded_tasks(root: str) -> str:
@@ -164,26 +165,35 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
     return rows
 
 
+PROBE_MAX_TOKENS = 20000  # training words per tagging probe (a seeded draw)
+
+
 def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptions,
                 root: str) -> dict:
-    """Per-layer probes of the classification and regression tasks (encoder/eval/probe.py)."""
+    """Per-layer probes of the classification, regression and tagging tasks
+    (encoder/eval/probe.py; tagging per word, by entity F1)."""
     from encoder.data import tasks as tasks_lib
     from encoder.eval import probe
     out_dir = os.path.join(root, "probes")
     table = {}
     for task in [t for t in tasks if t.kind == "finetune" and
-                 t.type in ("classification", "regression")]:
+                 t.type in ("classification", "regression", "tagging")]:
         p = prepared[task.name]
         max_len = presets.seq_len_for(preset, task.type, task.max_seq_len)
         key = {"init_from": opts.init_from, "random_init": opts.random_init,
                "train": p.train[0], "dev": p.dev, "max_train": opts.probe_max_train,
                "max_len": max_len}
+        if task.type == "tagging":
+            key["max_tokens"] = PROBE_MAX_TOKENS
 
         def compute(task=task, p=p, max_len=max_len):
             train = catalog.subsample(tasks_lib.read_jsonl(p.train[0], task.type),
                                       opts.probe_max_train, 0)
             dev = tasks_lib.read_jsonl(p.dev, task.type)
             params = probe.random_params(src.model_cfg, 0) if opts.random_init else src.params
+            if task.type == "tagging":
+                return probe.probe_tagging_task(src.model_cfg, params, src.tokenizer, train,
+                                                dev, max_len, 0, PROBE_MAX_TOKENS)
             return probe.probe_task(src.model_cfg, params, src.tokenizer, train, dev,
                                     task.type, max_len)
         table[task.name] = embedding.cached(os.path.join(out_dir, f"{task.name}.json"), key,
@@ -254,13 +264,14 @@ def run_suite(opts: SuiteOptions) -> dict:
     seeds = list(range(preset["seeds"]))
     prepared = prepare_tasks(tasks, root, preset, opts)
     starts = intermediate_plan(opts, preset, [t.name for t in tasks])
-    all_runs = plan(tasks, prepared, preset, opts, root, starts)
+    all_runs = [] if opts.probe_only else plan(tasks, prepared, preset, opts, root, starts)
     print(f"{len(tasks)} tasks, {len(all_runs)} fine-tuning runs "
           f"({len(preset['learning_rates'])} learning rates x {len(seeds)} seeds); "
           f"preset {opts.preset}", flush=True)
 
     rows = embedding_rows(tasks, src, preset, opts, root)
-    probes = probe_table(tasks, prepared, src, preset, opts, root) if opts.probe else None
+    probes = probe_table(tasks, prepared, src, preset, opts, root) \
+        if opts.probe or opts.probe_only else None
     del src  # the children load their own copy
 
     by_name = {t.name: t for t in tasks}
@@ -297,8 +308,11 @@ def run_suite(opts: SuiteOptions) -> dict:
               "embedding pooling": opts.embedding_pooling,
               **subset_header(opts, preset),
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
-    result = report.write_all(root, tasks, rows, rule, header, failures, data_notes(prepared),
-                              probes)
+    if opts.probe_only:  # no fine-tuned task is "missing": none was asked for
+        header["fine-tuning"] = "none (--probe_only)"
+    reported = [t for t in tasks if t.kind != "finetune"] if opts.probe_only else tasks
+    result = report.write_all(root, reported, rows, rule, header, failures,
+                              data_notes(prepared), probes)
     if failures:
         print(f"{len(failures)} run(s) failed:\n" + "\n".join(f"  {f}" for f in failures),
               file=sys.stderr, flush=True)

@@ -188,8 +188,9 @@ def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: 
     if probe_table:
         depth = max(len(v["layers"]) for v in probe_table.values())
         lines += ["", "Per-layer linear probes (dev score of a linear model on each layer's "
-                  "mean-pooled features; emb = the embeddings; in brackets the best "
-                  "shuffled-label control):", "",
+                  "mean-pooled features, or for tagging tasks each word's first piece scored by "
+                  "entity F1; emb = the embeddings; in brackets the best shuffled-label "
+                  "control):", "",
                   "| task | " + " | ".join("emb" if l == 0 else str(l) for l in range(depth)) +
                   " | control |", "|---" * (depth + 2) + "|"]
         for name, v in probe_table.items():
