@@ -130,10 +130,11 @@ def qa_first_word(train, splits) -> list:
 
 
 def sentence_spans(text: str) -> list[tuple[int, int]]:
-    """[start, end) of each line, or piece of a line ending in . ! ? before whitespace."""
+    """[start, end) of each line, or piece of a line ending in . ! ? before whitespace;
+    blank pieces (a line of spaces) are no sentence."""
     spans, start = [], 0
     for m in re.finditer(r"\n+|(?<=[.!?])\s+", text):
-        if m.start() > start:
+        if text[start:m.start()].strip():
             spans.append((start, m.start()))
         start = m.end()
     if text[start:].strip():

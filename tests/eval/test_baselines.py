@@ -124,6 +124,16 @@ def test_qa_answers_with_the_best_sentence_minus_the_question():
     assert baselines.sentence_spans("a b. c\n\nd e") == [(0, 4), (5, 6), (8, 11)]
 
 
+def test_a_blank_line_is_no_sentence():
+    assert baselines.sentence_spans("a\n \nb") == [(0, 1), (4, 5)]
+    # no context word is in the question: every cosine is 0 and the first sentence wins,
+    # which is "foo bar." (a line of spaces before it is no sentence to answer with)
+    dev = [{"question": "zebra?", "context": " \t\nfoo bar. baz qux.", "answer_text": "foo",
+            "answer_start": 3}]
+    (pred,), = baselines.qa_best_sentence(QA_TRAIN, [dev])
+    assert pred["answer"] == "foo bar"
+
+
 def test_bow_is_fitted_on_the_training_split_only():
     train = [{"text": "alpha beta", "label": "a"}, {"text": "gamma delta", "label": "b"}]
     dev = [{"text": "omega zeta"}, {"text": "alpha"}]
