@@ -200,9 +200,11 @@ def featurize_tagging(examples, tokenizer, max_len: int, labels: LabelSet):
     for r, ex in enumerate(examples):
         pieces, first = [tokenizer.cls_id], []
         row_tags = [IGNORE]
+        full = False  # truncation keeps a prefix: after the first word that does not fit, none
         for word, tag in zip(ex["tokens"], ex["tags"]):
             wp = tokenizer.encode(word) or [tokenizer.unk_id]
-            if len(pieces) + len(wp) > max_len - 1:
+            full = full or len(pieces) + len(wp) > max_len - 1
+            if full:
                 first.append(-1)
                 continue
             first.append(len(pieces))

@@ -91,3 +91,15 @@ def test_tagging_labels_sit_on_first_pieces(sp_tok):
     tags = arrays["labels"][0]
     assert [tags[p] for p in word_pos[0]] == [labels.names.index(t) for t in ex[0]["tags"]]
     assert (tags != tasks.IGNORE).sum() == 3
+
+
+def test_tagging_truncation_keeps_a_prefix_of_the_words(sp_tok):
+    """A word that does not fit ends the row: a shorter word after it is not packed in
+    (that would put it next to a word it never followed)."""
+    long_word = "Internationalization" * 3
+    ex = [{"tokens": ["of", long_word, "os"], "tags": ["O", "B-X", "O"], "_where": "x"}]
+    labels = tasks.LabelSet.from_examples(ex, "tagging")
+    n_long = len(sp_tok.encode(long_word))
+    max_len = 1 + len(sp_tok.encode("of")) + n_long  # [CLS] of + long word: no room for [SEP]
+    _, word_pos = tasks.featurize_tagging(ex, sp_tok, max_len, labels)
+    assert word_pos[0][0] == 1 and word_pos[0][1:] == [-1, -1]

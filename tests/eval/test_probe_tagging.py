@@ -137,3 +137,17 @@ def test_the_suite_probes_tagging_beside_classification_without_fine_tuning(tiny
     assert result["probes"]["tags"]["layers"][0] > 0.9  # 'file' is B-X: its embedding says so
     assert (out / "probes" / "probes.png").exists()
     assert "| tags |" in (out / "suite.md").read_text()
+
+
+def test_probe_only_never_replaces_a_report_with_finetuned_tasks(tmp_path):
+    """A --probe_only pass over a finished suite's workdir would turn ablate's suite columns
+    into an embedding-only average: it is refused; over its own earlier report it runs."""
+    import json
+    import pytest
+    from encoder.eval.suite import battery
+    (tmp_path / "suite.json").write_text(json.dumps({"header": {"source": "runs/x"}}))
+    with pytest.raises(ValueError, match="fine-tuned tasks"):
+        battery.run_suite(battery.SuiteOptions("runs/x", str(tmp_path), probe_only=True))
+    (tmp_path / "suite.json").write_text(json.dumps(
+        {"header": {"source": "runs/x", "fine-tuning": "none (--probe_only)"}}))
+    battery.refuse_to_replace_finetuned_report(str(tmp_path))  # no error

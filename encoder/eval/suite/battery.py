@@ -252,6 +252,8 @@ def run_suite(opts: SuiteOptions) -> dict:
     os.makedirs(root, exist_ok=True)
     if opts.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {opts.parallel}")
+    if opts.probe_only:
+        refuse_to_replace_finetuned_report(root)
     tasks_dir, tasks = find_tasks(opts, root)
     src = sources.load(opts.init_from)
     preset = resolve_preset(opts, src.model_cfg.hidden_size)
@@ -333,6 +335,21 @@ def check_baseline_options(opts: SuiteOptions) -> None:
     if given:
         raise ValueError(f"--baseline={opts.baseline} scores no model; these options only "
                          f"apply to a model's suite: {', '.join('--' + k for k in given)}")
+
+
+def refuse_to_replace_finetuned_report(root: str) -> None:
+    """--probe_only writes suite.json without fine-tuned tasks: never over a report with them
+    (ablate's suite columns would silently become an embedding-only average)."""
+    saved = os.path.join(root, "suite.json")
+    if not os.path.exists(saved):
+        return
+    with open(saved) as f:
+        header = json.load(f).get("header", {})
+    if header.get("fine-tuning") != "none (--probe_only)":
+        raise ValueError(f"{root} holds a suite report with fine-tuned tasks; --probe_only "
+                         "would replace it with an embedding-only one: run the full suite "
+                         "again there (finished runs are skipped) with --probe, or choose "
+                         "another --workdir")
 
 
 def run_baseline(opts: SuiteOptions) -> dict:
