@@ -136,6 +136,17 @@ def evaluate(run: Run, params) -> dict:
     return {f"eval/{k}": v / cfg.train.eval_batches for k, v in totals.items()}
 
 
+def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
+    """How many times the run reads its training data: a small corpus read many times is
+    memorised, and the figures after it mean less downstream (BUILD_NOTES, issue 14)."""
+    epochs = steps * batch_size / max(rows, 1)
+    line = (f"data: {rows:,} training rows of {seq_len} tokens; {steps:,} steps x {batch_size} "
+            f"rows read it {epochs:.1f} times")
+    if epochs > 4:
+        line += " (many passes over a small corpus: watch the train/held-out gap)"
+    return line
+
+
 def load_init_params(init_from: str, params, shardings):
     """Copies the subtrees an init source has (a workdir, params folder or hf:DIR) into params."""
     return sources.merge_params(params, sources.load(init_from).params, shardings)
@@ -163,6 +174,8 @@ def _train(config, workdir: str, devices=None) -> dict:
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
+    report(data_passes(len(run.train_rows), cfg.train.num_steps, cfg.train.batch_size,
+                       cfg.data.seq_len))
     it = pipeline.batch_iterator(run.train_rows, cfg.train.batch_size, seed=cfg.seed,
                                  process_index=jax.process_index(),
                                  process_count=jax.process_count())

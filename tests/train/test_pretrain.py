@@ -204,3 +204,11 @@ def test_resolved_config_and_metrics_files(shared_data, tmp_path):
     assert os.path.isdir(tmp_path / "tensorboard")
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["objective"] == "mlm"
+
+
+def test_the_run_says_how_many_times_it_reads_its_data():
+    from encoder.train import pretrain
+    once = pretrain.data_passes(rows=400, steps=50, batch_size=8, seq_len=128)
+    assert "read it 1.0 times" in once and "many passes" not in once
+    many = pretrain.data_passes(rows=3398, steps=1200, batch_size=32, seq_len=128)
+    assert "read it 11.3 times" in many and "many passes" in many
