@@ -313,10 +313,15 @@ def run_suite(opts: SuiteOptions) -> dict:
     if opts.probe_only:  # no fine-tuned task is "missing": none was asked for
         header["fine-tuning"] = "none (--probe_only)"
     reported = [t for t in tasks if t.kind != "finetune"] if opts.probe_only else tasks
-    result = report.write_all(root, reported, rows, rule, header, failures,
-                              data_notes(prepared), probes)
+    return write_report(root, reported, rows, rule, header, failures, data_notes(prepared),
+                        probes, "run(s)")
+
+
+def write_report(root, tasks, rows, rule, header, failures, notes, probes, what) -> dict:
+    """suite.csv/md/json/png (report.write_all); failures also to stderr; result['failed']."""
+    result = report.write_all(root, tasks, rows, rule, header, failures, notes, probes)
     if failures:
-        print(f"{len(failures)} run(s) failed:\n" + "\n".join(f"  {f}" for f in failures),
+        print(f"{len(failures)} {what} failed:\n" + "\n".join(f"  {f}" for f in failures),
               file=sys.stderr, flush=True)
     result["failed"] = len(failures)
     return result
@@ -385,13 +390,8 @@ def run_baseline(opts: SuiteOptions) -> dict:
                  if opts.baseline in baseline_lib.FITTED_ON else {}),
               **subset_header(opts, preset),
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
-    result = report.write_all(root, scored, rows, rule, header, failures,
-                              notes + data_notes(prepared))
-    if failures:
-        print(f"{len(failures)} task(s) failed:\n" + "\n".join(f"  {f}" for f in failures),
-              file=sys.stderr, flush=True)
-    result["failed"] = len(failures)
-    return result
+    return write_report(root, scored, rows, rule, header, failures,
+                        notes + data_notes(prepared), None, "task(s)")
 
 
 def suite_average(suite_dir: str) -> dict:
