@@ -137,8 +137,8 @@ def evaluate(run: Run, params) -> dict:
 
 
 def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
-    """How many times the run reads its training data: a small corpus read many times is
-    memorised, and the figures after it mean less downstream (BUILD_NOTES, issue 14)."""
+    """How many times the run reads its training data (the main job reads the 435k-token
+    stdlib corpus 11 times); past a few passes the train/held-out gap is worth watching."""
     epochs = steps * batch_size / max(rows, 1)
     line = (f"data: {rows:,} training rows of {seq_len} tokens; {steps:,} steps x {batch_size} "
             f"rows read it {epochs:.1f} times")
