@@ -111,17 +111,17 @@ def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = "classifica
 
 
 def layer_token_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
-                         batch_size: int = 64, keep=None) -> tuple[np.ndarray, list]:
+                         batch_size: int = 64, max_words: int = 0,
+                         rng=None) -> tuple[np.ndarray, list]:
     """([L+1, N, D] hidden states of each word's first piece, every layer with the
     embeddings first; the N (example, word) indices). Words are aligned to pieces by
     tasks.featurize_tagging, the fine-tuning featurizer; words past max_len have no
-    piece and no row. keep: the (example, word) pairs wanted (default: every word)."""
+    piece and no row. max_words: a draw of at most that many words (rng; 0: every word)."""
     labels = tasks_lib.LabelSet.from_examples(examples, "tagging")  # only to featurize
     arrays, word_pos = tasks_lib.featurize_tagging(examples, tokenizer, max_len, labels)
     rows = [(r, w) for r, first in enumerate(word_pos) for w, p in enumerate(first) if p >= 0]
-    if keep is not None:
-        wanted = set(keep)
-        rows = [rw for rw in rows if rw in wanted]
+    if max_words and len(rows) > max_words:
+        rows = [rows[i] for i in np.sort(rng.choice(len(rows), max_words, replace=False))]
     width = max([len(first) for first in word_pos] + [1])  # W: one compiled shape
     pos = np.zeros((len(examples), width), np.int32)  # [N_ex, W]
     for r, first in enumerate(word_pos):
@@ -164,14 +164,9 @@ def probe_tagging_task(model_cfg, params, tokenizer, train, dev, max_len: int = 
     words past max_len are tagged O (as Tagging.score does); entity F1 over BIO spans
     (metrics.entity_f1) scores the dev tag sequences. The control fits the same words
     with their tags shuffled among them."""
-    _, train_pos = tasks_lib.featurize_tagging(
-        train, tokenizer, max_len, tasks_lib.LabelSet.from_examples(train, "tagging"))
-    words = [(r, w) for r, first in enumerate(train_pos) for w, p in enumerate(first) if p >= 0]
     rng = np.random.default_rng(seed)
-    if max_tokens and len(words) > max_tokens:
-        words = [words[i] for i in np.sort(rng.choice(len(words), max_tokens, replace=False))]
     f_train, order = layer_token_features(model_cfg, params, tokenizer, train, max_len,
-                                          keep=words)
+                                          max_words=max_tokens, rng=rng)
     y_train = np.array([train[r]["tags"][w] for r, w in order])
     shuffled = rng.permutation(y_train)
     f_dev, dev_order = layer_token_features(model_cfg, params, tokenizer, dev, max_len)

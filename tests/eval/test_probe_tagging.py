@@ -77,10 +77,10 @@ def test_features_are_each_words_first_piece_whatever_the_batch(rope_cfg):
     hs = np.asarray(jnp.stack(aux["hidden_states"]))  # [L+1, B, T, D]
     want = np.stack([hs[:, r, word_pos[r][w]] for r, w in order], 1)
     np.testing.assert_allclose(feats, want, atol=1e-5)
-    # a chosen subset, alone in its batch, gives the same rows
-    keep = [(4, 2), (1, 0)]
-    some, some_order = probe.layer_token_features(rope_cfg, params, tok, ex, 32, 4, keep=keep)
-    assert some_order == [(1, 0), (4, 2)]
+    # a drawn subset (the probe's max_words draw) gives the same rows, in (example, word) order
+    some, some_order = probe.layer_token_features(rope_cfg, params, tok, ex, 32, 4, max_words=2,
+                                                  rng=np.random.default_rng(3))
+    assert len(some_order) == 2 and some_order == sorted(some_order)
     np.testing.assert_allclose(some, want[:, [order.index(k) for k in some_order]], atol=1e-5)
     # words past max_len have no row
     _, short = probe.layer_token_features(rope_cfg, params, tok, ex[:1], 6)
