@@ -20,8 +20,8 @@ from encoder.data import pipeline
 from encoder.eval import pseudo_perplexity
 from encoder.model import heads, models
 from encoder.model.encoder import encoder_params
-from encoder.objectives import objectives
-from encoder.train import metrics_io, pretrain
+from encoder.objectives import pretraining
+from encoder.train import metrics_io
 
 
 def embed_texts(model_cfg, params, tokenizer, texts, pooling="mean", max_len=128,
@@ -104,15 +104,10 @@ def evaluate(config, workdir: str) -> dict:
     counts = np.bincount(rows["input_ids"][rows["attention_mask"].astype(bool)],
                          minlength=p.tokenizer.vocab_size)
     run.objective = "mlm"
-    ctx = objectives.make_context(run, p.tokenizer,
-                                  pretrain.most_frequent_token(counts, p.tokenizer.special_ids))
+    step = pretraining.build(run, p.tokenizer, pretraining.most_frequent_token(
+        counts, p.tokenizer.special_ids))
     params = {k: v for k, v in p.params.items() if k in ("encoder", "mlm_head")}
-    objective = objectives.OBJECTIVES["mlm"]
-
-    @jax.jit
-    def eval_batch(batch, rng):
-        batch = objective.prepare(batch, rng, ctx)
-        return objective.loss_fn(params, batch, rng, ctx, deterministic=True)[1]
+    eval_batch = jax.jit(lambda batch, rng: step.eval_step(params, batch, rng))
 
     totals, n = {}, 0
     bs = config.eval.batch_size
@@ -124,7 +119,7 @@ def evaluate(config, workdir: str) -> dict:
         n += 1
     result = {f"eval/{k}": v / n for k, v in totals.items()}
 
-    model = objective.build_model(run)
+    model = step.ctx.model
 
     def apply_fn(ids, seg, mask, pos):
         # Each packed row is scored as one context (no document mask): a known

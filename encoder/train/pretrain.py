@@ -12,13 +12,11 @@ import os
 from typing import Any
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 from absl import logging
 
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline
-from encoder.objectives import objectives
+from encoder.objectives import objectives, pretraining
 from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
 from encoder.train.trainer import report
@@ -66,22 +64,6 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
-def most_frequent_token(token_counts: np.ndarray, special_ids) -> int:
-    counts = np.array(token_counts, np.int64)
-    counts[[i for i in special_ids if i < len(counts)]] = 0
-    return int(np.argmax(counts))
-
-
-def model_init_fn(model, seq_len: int, max_predictions: int):
-    """rng -> boxed params of a pretraining model (MLM slots included)."""
-    dummy = jnp.ones((1, seq_len), jnp.int32)
-
-    def init_params(rng):
-        return model.init(rng, dummy, dummy * 0, dummy, mlm_positions=jnp.zeros(
-            (1, max_predictions), jnp.int32))["params"]
-    return init_params
-
-
 def build(config, workdir: str, devices=None) -> Run:
     """The run, built once: data, tokenizer, objective, trainer and evaluation."""
     config = config.copy_and_resolve_references()  # never mutate the caller's config
@@ -101,22 +83,14 @@ def build(config, workdir: str, devices=None) -> Run:
         logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
                         config.model.vocab_size, tok.vocab_size)
         config.model.vocab_size = tok.vocab_size
-    ctx = objectives.make_context(config, tok, most_frequent_token(data.token_counts,
-                                                                  tok.special_ids))
-    objective = objectives.OBJECTIVES[config.objective]
+    step = pretraining.build(config, tok, pretraining.most_frequent_token(data.token_counts,
+                                                                          tok.special_ids))
     trainer = trainer_lib.Trainer(
-        mesh, optimizer.make_optimizer(config.train),
-        model_init_fn(ctx.model, config.data.seq_len, ctx.max_predictions),
-        loss_fn=lambda p, b, r: objective.loss_fn(p, b, r, ctx),
-        prepare=lambda b, r: objective.prepare(b, r, ctx), seed=config.seed,
-        grad_accum=config.train.grad_accum_steps, nan_at_step=config.train.debug_nan_at_step)
-
-    def eval_step(params, batch, rng):
-        batch = objective.prepare(batch, rng, ctx)
-        return objective.loss_fn(params, batch, rng, ctx, deterministic=True)[1]
-
-    return Run(config, workdir, mesh, tok, ctx, trainer, data.train, data.valid,
-               trainer.jit_eval(eval_step), flops.config_train_flops_per_step(config))
+        mesh, optimizer.make_optimizer(config.train), step.init_params, loss_fn=step.loss_fn,
+        prepare=step.prepare, seed=config.seed, grad_accum=config.train.grad_accum_steps,
+        nan_at_step=config.train.debug_nan_at_step)
+    return Run(config, workdir, mesh, tok, step.ctx, trainer, data.train, data.valid,
+               trainer.jit_eval(step.eval_step), flops.config_train_flops_per_step(config))
 
 
 def evaluate(run: Run, params) -> dict:

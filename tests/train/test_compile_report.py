@@ -2,7 +2,8 @@
 that adds up and FLOPs that agree with the analytic count (encoder/train/flops.py)."""
 import jax
 
-from encoder import bench
+from encoder.data import synthetic
+from encoder.train import compile_report
 from encoder import config as config_lib
 
 # XLA counts every op (norms, softmax, GELU, Adam, the masking) and the analytic count
@@ -23,7 +24,7 @@ def _config(scan_layers: str, mesh=(1, 1)):
 
 
 def test_compile_report_memory_and_flops():
-    row = bench.compile_report(_config("false"), devices=jax.devices()[:1])
+    row = compile_report.compile_report(_config("false"), devices=jax.devices()[:1])
     n = row["parameters"]
     assert row["param_bytes"] == 4 * n  # float32, one device
     assert row["optimizer_bytes"] >= 2 * row["param_bytes"]  # Adam's two moments
@@ -37,8 +38,8 @@ def test_compile_report_counts_a_scanned_stack_whole_and_shards_memory():
     """XLA counts a scanned loop's body once; the 1-/2-layer probes restore the whole
     step's count, which equals the unrolled model's. On 8 devices (fsdp=4) each holds
     about a quarter of the parameters."""
-    unrolled = bench.compile_report(_config("false"), devices=jax.devices()[:1])
-    scanned = bench.compile_report(_config("true", mesh=(2, 4)))
+    unrolled = compile_report.compile_report(_config("false"), devices=jax.devices()[:1])
+    scanned = compile_report.compile_report(_config("true", mesh=(2, 4)))
     assert scanned["scan_groups"] == 2 and scanned["devices"] == 8
     assert scanned["xla_flops"] < scanned["xla_flops_unrolled"]
     # the same global work, now over 8 devices (the batch split 8 ways)
@@ -52,11 +53,11 @@ def test_bench_batches_pack_documents_like_pretraining():
     import numpy as np
     config = _config("false")
     config.data.update(dict(document_mask=True, restart_positions=True, seq_len=64))
-    batch = bench.random_batch(config, documents=4)
+    batch = synthetic.random_batch(config, documents=4)
     assert batch["document_ids"].shape == (8, 64)
     assert sorted(set(batch["document_ids"][0].tolist())) == [1, 2, 3, 4]
     # positions restart at every document start, as packed pretraining rows have them
     starts = np.flatnonzero(np.diff(batch["document_ids"][0])) + 1
     assert batch["positions"][0, 0] == 0 and all(batch["positions"][0, starts] == 0)
     config.data.document_mask = False
-    assert "document_ids" not in bench.random_batch(config)
+    assert "document_ids" not in synthetic.random_batch(config)

@@ -6,9 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder import config as config_lib
-from encoder.bench import FakeTokenizer
-from encoder.objectives import objectives
-from encoder.train import optimizer, partitioning, pretrain, trainer as trainer_lib
+from encoder.objectives import pretraining
+from encoder.train import optimizer, partitioning, trainer as trainer_lib
 
 STEPS = 20
 # |loss_bf16 - loss_f32| at any of the 20 steps. Measured on this config (BUILD_NOTES.md,
@@ -46,14 +45,11 @@ def _batches(config, n: int = 4):
 def _train(dtype: str):
     """Loss per step, final state and one step's metrics dtype, on one device."""
     config = _config(dtype)
-    ctx = objectives.make_context(config, FakeTokenizer(), most_frequent_id=5)
-    objective = objectives.OBJECTIVES[config.objective]
+    pieces = pretraining.build(config)
     trainer = trainer_lib.Trainer(
         partitioning.make_mesh(config.mesh, jax.devices()[:1]),
-        optimizer.make_optimizer(config.train),
-        pretrain.model_init_fn(ctx.model, config.data.seq_len, ctx.max_predictions),
-        loss_fn=lambda p, b, r: objective.loss_fn(p, b, r, ctx),
-        prepare=lambda b, r: objective.prepare(b, r, ctx), seed=0)
+        optimizer.make_optimizer(config.train), pieces.init_params, loss_fn=pieces.loss_fn,
+        prepare=pieces.prepare, seed=0)
     state = trainer.initial_state
     start = jax.device_get(state.params)
     batches = [trainer.shard(b) for b in _batches(config)]

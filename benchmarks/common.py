@@ -1,0 +1,86 @@
+"""What every benchmark shares: the configs they run, timing a compiled step, the row."""
+import statistics
+import time
+
+import jax
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+def bench_config():
+    from encoder import config as config_lib
+    config = config_lib.base_config()
+    config_lib.OPTIONS["size"](config, FLAGS.size)
+    config.objective = FLAGS.objective
+    config.model.vocab_size = FLAGS.vocab_size
+    config.model.dropout = config.model.attention_dropout = 0.0
+    config.model.dtype = FLAGS.dtype or ("float32" if jax.default_backend() == "cpu"
+                                         else "bfloat16")
+    config.model.attention_impl = FLAGS.attention_impl
+    config.model.remat = FLAGS.remat
+    config.data.seq_len = FLAGS.seq_len
+    config.data.document_mask = False
+    config.train.batch_size = FLAGS.batch_size
+    config.train.num_steps = 1000
+    config.mesh.data, config.mesh.fsdp = -1, 1
+    from encoder.train import pretrain
+    pretrain.validate(config)
+    return config
+
+
+def experiment_config():
+    """The experiment config with the command line's shape and variant overrides."""
+    config = FLAGS.config.copy_and_resolve_references()
+    if FLAGS["seq_len"].present:
+        config.data.seq_len = FLAGS.seq_len
+        config.model.max_position = max(config.model.max_position, FLAGS.seq_len)
+    if FLAGS["batch_size"].present:
+        config.train.batch_size = FLAGS.batch_size
+    for name in ("dtype", "attention_impl", "remat", "scan_layers"):
+        if FLAGS[name].present:
+            config.model[name] = FLAGS[name].value
+    from encoder.train import pretrain
+    pretrain.validate(config)
+    return config
+
+
+def memory_bytes(compiled) -> int | None:
+    try:
+        m = compiled.memory_analysis()
+        return int(m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+                   - m.alias_size_in_bytes)
+    except Exception:  # not every backend reports it
+        return None
+
+
+def time_step(step, state, batch, rng_fn):
+    """(compile s, median step s, compiled memory, final state) for a donated-state step."""
+    t0 = time.perf_counter()
+    compiled = step.lower(state, batch, rng_fn(0)).compile()
+    compile_s = time.perf_counter() - t0
+    for i in range(FLAGS.warmup):
+        state, m = compiled(state, batch, rng_fn(i))
+    jax.block_until_ready(m)
+    times = []
+    for i in range(FLAGS.steps):
+        t = time.perf_counter()
+        state, m = compiled(state, batch, rng_fn(i))
+        jax.block_until_ready(m)
+        times.append(time.perf_counter() - t)
+    return compile_s, statistics.median(times), memory_bytes(compiled), m
+
+
+def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
+    tokens = config.train.batch_size * config.data.seq_len
+    row = {"implementation": name, "size": config.model.size,
+           "attention_impl": config.model.attention_impl, "objective": config.objective,
+           "seq_len": config.data.seq_len, "batch_size": config.train.batch_size,
+           "vocab_size": config.model.vocab_size, "dtype": config.model.dtype,
+           "device": jax.devices()[0].device_kind, "num_devices": jax.device_count(),
+           "parameters": n_params, "compile_s": round(compile_s, 3),
+           "step_s_median": round(step_s, 5), "tokens_per_s": round(tokens / step_s, 1),
+           "flops_per_step": fps, "flops_per_s": fps / step_s,
+           "fraction_of_peak": fps / step_s / (peak * jax.device_count()),
+           "peak_flops_per_device": peak, "compiled_memory_bytes": mem, **extra}
+    return row

@@ -1,0 +1,37 @@
+"""The accelerator benchmark in one call (python -m encoder.bench --mode=device)."""
+import json
+import subprocess
+import sys
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+
+# The accelerator benchmark, one run of each (~40-60 s each on an H100/H200;
+# the whole plan is meant to fit a 10-minute device session). Each entry: the flags of one
+# `python -m encoder.bench` step-mode run.
+DEVICE_PLAN = [
+    *[["--size=base", "--seq_len=128", "--batch_size=256", f"--attention_impl={impl}"]
+      for impl in ("xla", "cudnn")],
+    *[["--size=base", "--seq_len=512", "--batch_size=64", f"--attention_impl={impl}"]
+      for impl in ("xla", "cudnn", "pallas_gpu")],
+    *[["--config=experiments/modernbert_base.py", "--seq_len=8192", "--batch_size=2",
+       f"--attention_impl={impl}", "--scan_layers=true"]
+      for impl in ("xla", "cudnn", "pallas_gpu")],
+]
+
+
+def run():
+    """Runs DEVICE_PLAN (bf16, 10 timed steps each), one subprocess per entry so a failing
+    backend cannot take the others down; prints every JSON row and a failure line per crash."""
+    for flags_ in DEVICE_PLAN:
+        cmd = [sys.executable, "-m", "encoder.bench", *flags_, "--dtype=bfloat16",
+               f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+        for line in rows:
+            print(json.dumps({"flags": " ".join(flags_), **json.loads(line)}), flush=True)
+        if proc.returncode != 0 or not rows:
+            print(json.dumps({"flags": " ".join(flags_), "failed": proc.returncode,
+                              "stderr_tail": proc.stderr[-1500:]}), flush=True)
