@@ -24,7 +24,7 @@ def bench_config():
     config.train.batch_size = FLAGS.batch_size
     config.train.num_steps = 1000
     config.mesh.data, config.mesh.fsdp = -1, 1
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     pretrain.validate(config)
     return config
 
@@ -40,7 +40,7 @@ def experiment_config():
     for name in ("dtype", "attention_impl", "remat", "scan_layers"):
         if FLAGS[name].present:
             config.model[name] = FLAGS[name].value
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     pretrain.validate(config)
     return config
 

@@ -46,19 +46,19 @@ def _run(argv):
     init_distributed(config.distributed)
     mode = config.get("mode", "pretrain")
     if mode == "finetune":
-        from encoder.finetune import run
+        from encoder.jobs import finetune as run
         result = run.finetune(config, FLAGS.workdir)
         _exit_if_stopped(result)
         print(json.dumps(result, indent=1))
         return
     if mode in ("evaluate", "embed"):
-        from encoder.eval import intrinsic
+        from encoder.jobs import evaluate as intrinsic
         print(json.dumps(intrinsic.MODES[mode](config, FLAGS.workdir), indent=1))
         return
     if mode != "pretrain":
         raise app.UsageError(f"Unknown mode {mode!r}; valid modes: embed, evaluate, finetune, "
                              "pretrain")
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     result = pretrain.train(config, FLAGS.workdir)
     logging.info("final: %s", result)
     _exit_if_stopped(result)
@@ -76,7 +76,7 @@ def _run(argv):
 def main(argv):
     """_run, with the errors a user can act on reported in one line (no traceback)."""
     from encoder.checkpoints.store import CheckpointError
-    from encoder.data.tasks import TaskDataError
+    from encoder.tasks.readers import TaskDataError
     from encoder.train.workdir import RunMismatch, WorkdirBusy
     try:
         _run(argv)

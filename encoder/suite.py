@@ -63,8 +63,8 @@ def main(argv):
     # SIGTERM as Ctrl-C: Python's default SIGTERM exit skips runs.execute's `finally`,
     # which orphaned the running fine-tuning children (they kept training unsupervised).
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    from encoder.data.tasks import TaskDataError
-    from encoder.eval.suite import battery
+    from encoder.tasks.readers import TaskDataError
+    from encoder.studies.suite import battery
     f = FLAGS
     try:
         lrs = tuple(float(x) for x in f.learning_rates)

@@ -49,7 +49,7 @@ def tiny_pretrained(tmp_path_factory):
     """The README's pretraining recipe at runlocal size, 6 steps: a workdir every job can start
     from (its tokenizer and prepared corpus cache are reused by other tests)."""
     from experiments import pretrain as pretrain_exp
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     d = str(tmp_path_factory.mktemp("tiny_pretrained"))
     config = pretrain_exp.get_config("runlocal")
     config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))

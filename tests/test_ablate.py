@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from encoder import ablate
+from encoder.studies import ablation as ablate
 
 from helpers import ROOT
 

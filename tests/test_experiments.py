@@ -9,7 +9,7 @@ import pytest
 
 from encoder import config as config_lib
 from encoder.objectives import objectives
-from encoder.train import pretrain
+from encoder.jobs import pretrain
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALL = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
@@ -64,13 +64,13 @@ def test_evaluate_and_embed_experiments_pick_their_mode(name, arg, pooling):
 
 
 def _task_names():
-    from encoder.finetune.tasks import TASKS
+    from encoder.tasks.table import TASKS
     return sorted(TASKS)
 
 
 @pytest.mark.parametrize("task", _task_names())
 def test_finetune_experiment_builds_every_task_model(task):
-    from encoder.finetune.tasks import TASKS
+    from encoder.tasks.table import TASKS
     from encoder.model.models import freeze
     c = load("finetune", f"task={task},mode=lora,runlocal")
     assert (c.mode, c.task, c.finetune.mode, c.data.max_seq_len) == ("finetune", task, "lora", 64)

@@ -1,9 +1,10 @@
 """The import graph: config is plain data, dependencies point one way, no cycles.
 
 Every `import encoder...` statement in the package (function-level ones too)
-is an edge. Each module has a layer (RANKS, longest prefix wins); an edge may
-only point to a lower layer or stay inside its own package. Deprecated alias
-modules, kept for one release, are the named exceptions.
+is an edge. Each folder has one rank (RANKS); an edge may only point to a lower
+rank or stay inside its own folder. No per-file exceptions: the only modules
+outside their folder's rank are the public commands (COMMANDS), which must stay
+thin (flags and a call to their job).
 """
 import ast
 import os
@@ -12,27 +13,29 @@ import sys
 
 from helpers import ROOT
 
-RANKS = {  # lowest first: a module may import only from layers below it
-    "encoder.registry": 0,                       # the name-lookup helper every table uses
-    "encoder.config": 1,
+RANKS = {  # one rank per folder, lowest first: a module may import only from lower ranks
+    "encoder.registry": 0,     # the name-lookup helper every table uses
+    "encoder.config": 1,       # the pretraining config as plain data
     "encoder.data": 2, "encoder.model": 2,
-    "encoder.eval.metrics": 2, "encoder.eval.pseudo_perplexity": 2,  # pure metric functions
-    "encoder.objectives": 3, "encoder.checkpoints.store": 3,
-    "encoder.interop": 4,                        # HF readers: tensors <-> parameter trees
-    "encoder.interop.export": 9,                 # the export CLI: starts from any source
-    "encoder.checkpoints": 5,                    # sources.py: the door every job starts from
-    "encoder.train": 6,
-    "encoder.finetune": 7,
-    "encoder.eval": 8,                           # evaluate / embed jobs
-    "encoder.eval.suite": 8,                     # the downstream suite (runs fine-tuning jobs)
-    "encoder": 9,                                # main, ablate, bench: entry points
-    "encoder.suite": 9,                          # python -m encoder.suite
+    "encoder.objectives": 3,   # the training games and the pretraining step's pieces
+    "encoder.eval": 4,         # metrics and evaluators over arrays and apply functions
+    "encoder.tasks": 5,        # one file per task type (sits on data, model, eval)
+    "encoder.interop": 5,      # HF families as tables: tensors <-> parameter trees
+    "encoder.checkpoints": 6,  # the one door every job starts from
+    "encoder.train": 7, "encoder.finetune": 7,  # the trainer library; fine-tuning's parts
+    "encoder.jobs": 8,         # the programs
+    "encoder.studies": 9,      # runs of many jobs: ablations, the suite
+    "encoder": 10,             # the command modules at the package's top
 }
-ALIASES = {"encoder.train.finetune", "encoder.train.finetune_defaults",
-           "encoder.train.loop", "encoder.train.checkpoint", "encoder.train.pretrained"}
+# Public commands whose name sits in a lower folder (scripts rely on the names): each is a
+# thin module that defines its flags and calls its job, so it ranks with the commands.
+COMMANDS = {"encoder.interop.export", "encoder.interop.hf_bert", "encoder.eval.baselines",
+            "encoder.eval.probe"}
 
 
 def rank(module: str) -> int:
+    if module in COMMANDS:
+        return RANKS["encoder"]
     best = max((p for p in RANKS if module == p or module.startswith(p + ".")), key=len)
     return RANKS[best]
 
@@ -73,7 +76,7 @@ def edges(mods: dict[str, str]) -> set[tuple[str, str]]:
 def test_dependencies_point_downwards():
     mods = modules()
     upward = [f"{a} -> {b}" for a, b in sorted(edges(mods))
-              if a not in ALIASES and package(a) != package(b) and rank(a) <= rank(b)
+              if package(a) != package(b) and rank(a) <= rank(b)
               and b != "encoder"]
     assert not upward, "imports that point up or sideways:\n" + "\n".join(upward)
 
@@ -114,3 +117,12 @@ def test_config_is_plain_data():
     assert loaded <= {"encoder", "encoder.config", "encoder.registry", "encoder.finetune",
                       "encoder.finetune.config"}, loaded
     assert "jax" not in out
+
+
+def test_commands_in_lower_folders_are_thin():
+    """A command module at a lower folder's name holds flags and a call, no logic."""
+    mods = modules()
+    for name in COMMANDS:
+        tree = ast.parse(open(mods[name]).read())
+        defs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        assert not defs, f"{name} defines {defs}: logic belongs in its job"

@@ -18,39 +18,10 @@ from encoder import config as config_lib
 from encoder.checkpoints import sources
 from encoder.data import pipeline
 from encoder.eval import pseudo_perplexity
-from encoder.model import heads, models
-from encoder.model.encoder import encoder_params
+from encoder.eval.embeddings import embed_texts, nearest
+from encoder.model import models
 from encoder.objectives import pretraining
 from encoder.train import metrics_io
-
-
-def embed_texts(model_cfg, params, tokenizer, texts, pooling="mean", max_len=128,
-                batch_size=64) -> np.ndarray:
-    """[N, D] float32 unit vectors for texts (params: any model's or the encoder's)."""
-    model = models.Embedder(models.freeze(model_cfg), pooling=pooling)
-    variables = {"encoder": encoder_params(params)}
-    if pooling in heads.PARAMETRIC_POOLING:
-        if "pooler" not in params:
-            raise ValueError(f"pooling={pooling} needs pooler parameters in the checkpoint")
-        variables["head"] = params["pooler"]
-    fn = jax.jit(lambda ids, seg, mask: model.apply({"params": variables}, ids, seg, mask)[0])
-    out = []
-    for i in range(0, len(texts), batch_size):
-        chunk = list(texts[i:i + batch_size])
-        n = len(chunk)
-        chunk += [""] * (batch_size - n)  # one compiled shape
-        feats = [tokenizer.encode_example(t, None, max_len) for t in chunk]
-        arr = {k: jnp.asarray(np.stack([f[k] for f in feats])) for k in feats[0]}
-        out.append(np.asarray(fn(arr["input_ids"], arr["segment_ids"], arr["attention_mask"]))[:n])
-    return np.concatenate(out) if out else np.zeros((0, model_cfg.hidden_size), np.float32)
-
-
-def nearest(vectors: np.ndarray, queries: np.ndarray, k: int = 5):
-    """Cosine nearest neighbours of unit vectors: (indices [Q, k], scores [Q, k])."""
-    sims = queries @ vectors.T
-    k = min(k, vectors.shape[0])
-    idx = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    return idx, np.take_along_axis(sims, idx, axis=1)
 
 
 def embed(config, workdir: str) -> dict:

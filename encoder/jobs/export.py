@@ -234,15 +234,3 @@ def main(argv):
         raise SystemExit(f"export: {e}") from None
     print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
           f"(family {result['family']}, head {result['kind']})")
-
-
-if __name__ == "__main__":
-    from absl import app, flags
-    flags.DEFINE_string("workdir", None, "a workdir of this codebase, a params folder or hf:DIR",
-                        required=True)
-    flags.DEFINE_string("out", None, "the HuggingFace folder to write (new, empty, or a "
-                        "previous export, which is replaced)", required=True)
-    flags.DEFINE_enum("format", "transformers", FORMATS, "what to write")
-    flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
-                        "modernbert, deberta); empty: the one that computes the model exactly")
-    app.run(main)

@@ -31,9 +31,10 @@ from absl import logging
 from encoder import registry
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline, tokenizer as tokenizer_lib
+from encoder.eval import inference
 from encoder.finetune import defaults, frozen, layer_decay, lora
-from encoder.finetune.task import Task, TaskDataError
-from encoder.finetune.tasks import TASKS
+from encoder.tasks.base import Task, TaskDataError
+from encoder.tasks.table import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
 from encoder.train import metrics_io, optimizer as optimizer_lib, partitioning
@@ -81,18 +82,6 @@ def make_optimizer(config, params, num_layers: int, total_steps: int):
                                                              config.finetune.layer_decay))
     return optax.multi_transform({"train": adamw, "freeze": optax.set_to_zero()},
                                  frozen.trainable_labels(params, config.finetune.mode)), t
-
-
-def padded_batches(arrays: dict, batch_size: int):
-    """In-order batches with a `weight` column; the last one is padded (weight 0)."""
-    n = len(next(iter(arrays.values())))
-    for i in range(0, n, batch_size):
-        idx = np.arange(i, min(i + batch_size, n))
-        pad = batch_size - len(idx)
-        take = np.concatenate([idx, np.repeat(idx[:1], pad)]) if pad else idx
-        batch = {k: v[take] for k, v in arrays.items()}
-        batch["weight"] = np.concatenate([np.ones(len(idx)), np.zeros(pad)]).astype(np.float32)
-        yield batch
 
 
 @dataclasses.dataclass
@@ -221,19 +210,10 @@ def init_from_source(run: FineTuning):
     return init
 
 
-def predict(fn, params, arrays: dict, batch_size: int, shard):
-    """Raw model outputs for every row (numpy), in order."""
-    outs = []
-    for batch in padded_batches(arrays, batch_size):
-        keep = int(batch["weight"].sum())
-        out = jax.device_get(fn(params, shard(batch)))
-        outs.append(jax.tree.map(lambda x: np.asarray(x)[:keep], out))
-    return jax.tree.map(lambda *xs: np.concatenate(xs), *outs)
-
-
 def score_split(run: FineTuning, fn, params, split: Split):
     """(metrics, predictions) for one featurized split (metrics {} without gold labels)."""
-    out = predict(fn, params, split.arrays, run.config.train.batch_size, run.trainer.shard)
+    out = inference.predict(fn, params, split.arrays, run.config.train.batch_size,
+                            run.trainer.shard)
     m, preds = run.task.score(out, split.examples, split.arrays, split.meta)
     return (m if run.task.has_gold(split.examples) else {}), preds
 
@@ -286,7 +266,10 @@ MUTABLE = ("train.num_epochs", "train.num_steps", "train.checkpoint_every",
 def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
-        return _finetune(config, workdir, devices)
+        result = _finetune(config, workdir, devices)
+        if not result.get("stopped") and jax.process_index() == 0:
+            workdir_lib.record_finished(workdir, step=result.get("step"))
+        return result
 
 
 def _finetune(config, workdir: str, devices=None) -> dict:

@@ -47,10 +47,3 @@ def _leaves(tree):
             yield from _leaves(v)
     else:
         yield tree
-
-
-if __name__ == "__main__":
-    from absl import app, flags
-    flags.DEFINE_string("checkpoint", None, "HuggingFace checkpoint folder", required=True)
-    flags.DEFINE_string("out", None, "output directory for the orbax checkpoint", required=True)
-    app.run(main)

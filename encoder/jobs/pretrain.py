@@ -132,7 +132,10 @@ def train(config, workdir: str, devices=None) -> dict:
             config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
         raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
-        return _train(config, workdir, devices)
+        result = _train(config, workdir, devices)
+        if not result.get("stopped") and jax.process_index() == 0:
+            workdir_lib.record_finished(workdir, step=result["step"])
+        return result
 
 
 def _train(config, workdir: str, devices=None) -> dict:

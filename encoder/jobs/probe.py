@@ -33,7 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.checkpoints import sources
-from encoder.data import tasks as tasks_lib
+from encoder.eval import inference
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics as metrics_lib
 from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
@@ -55,24 +56,19 @@ def layer_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
     enc = Encoder(models.freeze(model_cfg))
 
     @jax.jit
-    def pooled(p, ids, seg, mask):
-        _, aux = enc.apply({"params": p}, ids, seg, mask, return_all=True)
-        hs = jnp.stack(aux["hidden_states"])  # [L+1, B, T, D]
-        w = mask[None, :, :, None].astype(jnp.float32)
+    def pooled(p, b):  # -> [B, L+1, D] (batch-major, as inference.predict returns rows)
+        mask = b["attention_mask"]
+        _, aux = enc.apply({"params": p}, b["input_ids"], b["segment_ids"], mask,
+                           return_all=True)
+        hs = jnp.stack(aux["hidden_states"], axis=1)  # [B, L+1, T, D]
+        w = mask[:, None, :, None].astype(jnp.float32)
         return (hs * w).sum(2) / jnp.maximum(w.sum(2), 1.0)
 
-    p = encoder_params(params)
-    out = []
-    for i in range(0, len(examples), batch_size):
-        chunk = list(examples[i:i + batch_size])
-        n = len(chunk)
-        chunk += [chunk[-1]] * (batch_size - n)  # one compiled shape
-        feats = [tokenizer.encode_example(ex.get("text", ex.get("text_a")), ex.get("text_b"),
-                                          max_len) for ex in chunk]
-        arr = {k: jnp.asarray(np.stack([f[k] for f in feats])) for k in feats[0]}
-        out.append(np.asarray(pooled(p, arr["input_ids"], arr["segment_ids"],
-                                     arr["attention_mask"]))[:, :n])
-    return np.concatenate(out, axis=1)
+    texts = [ex.get("text", ex.get("text_a")) for ex in examples]
+    arrays = inference.encode_texts(tokenizer, texts, max_len,
+                                    [ex.get("text_b") for ex in examples])
+    return np.moveaxis(inference.predict(pooled, encoder_params(params), arrays, batch_size),
+                       0, 1)
 
 
 def fit_predict(x_train, y_train, x_dev, kind: str = "classification") -> np.ndarray:
@@ -129,25 +125,24 @@ def layer_token_features(model_cfg, params, tokenizer, examples, max_len: int = 
     enc = Encoder(models.freeze(model_cfg))
 
     @jax.jit
-    def gathered(p, ids, seg, mask, at):
-        _, aux = enc.apply({"params": p}, ids, seg, mask, return_all=True)
-        hs = jnp.stack(aux["hidden_states"])  # [L+1, B, T, D]
-        return jnp.take_along_axis(hs, at[None, :, :, None], axis=2)  # [L+1, B, W, D]
+    def gathered(p, b):  # -> [B, L+1, W, D]
+        _, aux = enc.apply({"params": p}, b["input_ids"], b["segment_ids"], b["attention_mask"],
+                           return_all=True)
+        hs = jnp.stack(aux["hidden_states"], axis=1)  # [B, L+1, T, D]
+        return jnp.take_along_axis(hs, b["at"][:, None, :, None], axis=2)
 
-    p = encoder_params(params)
     by_example = {}
     for r, w in rows:
         by_example.setdefault(r, []).append(w)
     needed = sorted(by_example)  # only the examples that hold a wanted word
     out = []
-    for i in range(0, len(needed), batch_size):
-        chunk = needed[i:i + batch_size]
-        idx = np.asarray(chunk + [chunk[-1]] * (batch_size - len(chunk)))  # one compiled shape
-        hs = np.asarray(gathered(p, *(jnp.asarray(arrays[k][idx]) for k in
-                                      ("input_ids", "segment_ids", "attention_mask")),
-                                 jnp.asarray(pos[idx])))
-        for b, r in enumerate(chunk):
-            out.append(hs[:, b, by_example[r]])
+    if needed:
+        idx = np.asarray(needed)
+        sub = {k: arrays[k][idx] for k in ("input_ids", "segment_ids", "attention_mask")}
+        sub["at"] = pos[idx]
+        hs = inference.predict(gathered, encoder_params(params), sub,
+                               batch_size)  # [N_needed, L+1, W, D]
+        out = [hs[b][:, by_example[r]] for b, r in enumerate(needed)]
     order = [(r, w) for r in needed for w in by_example[r]]
     dim = model_cfg.hidden_size
     feats = np.concatenate(out, axis=1) if out else np.zeros(
@@ -251,16 +246,3 @@ def main(argv):
     from encoder.train import metrics_io
     metrics_io.write_json(os.path.join(f.out, "probes.json"), table)
     heatmap(table, os.path.join(f.out, "probes.png"))
-
-
-if __name__ == "__main__":
-    from absl import app, flags
-    flags.DEFINE_string("init_from", None, "a workdir of this codebase or hf:DIR", required=True)
-    flags.DEFINE_list("tasks", None, "task folders (train.jsonl, dev.jsonl)", required=True)
-    flags.DEFINE_string("out", None, "where probes.json and probes.png go", required=True)
-    flags.DEFINE_bool("random_init", False, "probe the same architecture at random init")
-    flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)")
-    flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)")
-    flags.DEFINE_integer("max_len", 128, "tokens per input")
-    flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
-    app.run(main)

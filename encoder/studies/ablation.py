@@ -113,7 +113,7 @@ def variant_name(variant: dict) -> str:
 
 def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict]:
     """One entry per run: name, seed, resolved config."""
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     runs, budget = [], None
     for variant in variants:
         config = apply_variant(base, variant)
@@ -236,7 +236,7 @@ def execute(runs: list[dict], root: str, parallel: int) -> None:
     try:
         _execute(pending, active, root, parallel)
     finally:  # never leave orphans: a failure or Ctrl-C stops the siblings
-        from encoder.eval.suite import runs as suite_runs
+        from encoder.studies.suite import runs as suite_runs
         suite_runs.stop_children([proc for _, proc in active], timeout=60)
 
 
@@ -284,7 +284,7 @@ def read_run(run: dict, root: str) -> dict:
             for k, v in json.load(f).get("dev", {}).items():
                 out[f"finetune/{k}"] = v
     if os.path.exists(os.path.join(d, "suite", "suite.json")):
-        from encoder.eval.suite import battery
+        from encoder.studies.suite import battery
         out.update(battery.suite_average(os.path.join(d, "suite")))
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)

@@ -10,8 +10,8 @@ Adding a task type: a subclass in a file of its own, and one line in tasks.py.
 import jax
 import jax.numpy as jnp
 
-from encoder.data import tasks as tasks_lib
-from encoder.data.tasks import TaskDataError  # noqa: F401  (re-exported)
+from encoder.tasks import readers as tasks_lib
+from encoder.tasks.readers import TaskDataError  # noqa: F401  (re-exported)
 
 
 def weighted_mean(values, weight):

@@ -40,9 +40,9 @@ import re
 import string
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
-from encoder.data import tasks
+from encoder.tasks import readers as tasks
 from encoder.eval import metrics
 
 
@@ -231,11 +231,3 @@ def main(argv):
     del argv
     f = flags.FLAGS
     print(json.dumps(run(f.task, f.train, f.dev), indent=1))
-
-
-if __name__ == "__main__":
-    flags.DEFINE_enum("task", "classification", ["classification", "regression", "tagging", "qa"],
-                      "the task type")
-    flags.DEFINE_string("train", None, "train file", required=True)
-    flags.DEFINE_string("dev", None, "dev file", required=True)
-    app.run(main)

@@ -1,9 +1,9 @@
 """Sequence classification (single texts or pairs): pooled logits, cross-entropy, accuracy."""
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics as metrics_lib
-from encoder.finetune.task import Task, TaskDataError, check_labelled, softmax_nll, weighted_mean
+from encoder.tasks.base import Task, TaskDataError, check_labelled, softmax_nll, weighted_mean
 from encoder.model import models
 
 

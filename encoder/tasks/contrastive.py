@@ -3,8 +3,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
-from encoder.finetune.task import Task, TaskDataError
+from encoder.tasks import readers as tasks_lib
+from encoder.tasks.base import Task, TaskDataError
 from encoder.model import models
 
 SCALE = 20.0  # inverse temperature on cosine similarities (Sentence-BERT's MNRL)

@@ -3,9 +3,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics as metrics_lib
-from encoder.finetune.task import Task, weighted_mean
+from encoder.tasks.base import Task, weighted_mean
 from encoder.model import heads, models
 
 

@@ -1,7 +1,7 @@
 """Sequence regression (e.g. STS-B): one pooled output, squared error, Pearson/Spearman."""
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics as metrics_lib
-from encoder.finetune.task import Task, TaskDataError, check_labelled, weighted_mean
+from encoder.tasks.base import Task, TaskDataError, check_labelled, weighted_mean
 from encoder.model import models
 
 

@@ -2,9 +2,9 @@
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics as metrics_lib
-from encoder.finetune.task import Task, TaskDataError, softmax_nll
+from encoder.tasks.base import Task, TaskDataError, softmax_nll
 from encoder.model import models
 
 

@@ -3,7 +3,8 @@ import os
 
 import pytest
 
-from encoder.data import corpus, tasks, tokenizer as tokenizer_lib
+from encoder.data import corpus, tokenizer as tokenizer_lib
+from encoder.tasks import readers as tasks
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from encoder.eval import baselines, metrics
-from encoder.eval.suite import battery, catalog, embedding
+from encoder.eval import metrics
+from encoder.tasks import baselines
+from encoder.studies.suite import battery, catalog, embedding
 from helpers import ROOT, topic_task, write_jsonl
 from test_suite import write_glue
 

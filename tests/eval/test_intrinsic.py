@@ -17,18 +17,18 @@ def minilm_dir():
 
 def test_minilm_sentence_embeddings_match_sentence_transformers():
     from sentence_transformers import SentenceTransformer
-    from encoder.eval import intrinsic
-    from encoder.interop import hf_bert
+    from encoder.eval import embeddings
+    from encoder.jobs import import_hf as hf_bert
     texts = ["How do I read a file line by line?", "The weather is lovely today.",
              "Open the file and iterate over it.", "x"]
     ref = SentenceTransformer(minilm_dir(), device="cpu").encode(texts, normalize_embeddings=True)
     cfg, params = hf_bert.load(minilm_dir())
-    ours = intrinsic.embed_texts(cfg, params, tokenizer_lib.load(minilm_dir()), texts,
+    ours = embeddings.embed_texts(cfg, params, tokenizer_lib.load(minilm_dir()), texts,
                                  pooling="mean", max_len=128, batch_size=4)
     cos = np.sum(ours * ref, axis=1) / (np.linalg.norm(ours, axis=1) * np.linalg.norm(ref, axis=1))
     print("cosine:", cos)
     assert cos.min() >= 0.9999
-    idx, _ = intrinsic.nearest(ours, ours[:1], k=2)
+    idx, _ = embeddings.nearest(ours, ours[:1], k=2)
     assert idx[0, 0] == 0 and idx[0, 1] == 2  # the file-reading paraphrase is nearest
 
 
@@ -45,7 +45,7 @@ def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):
     from encoder.eval import pseudo_perplexity
     from encoder.objectives import objectives
     from encoder.checkpoints import sources
-    from encoder.train import pretrain as pretrain_job
+    from encoder.jobs import pretrain as pretrain_job
     words = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike "
              "november oscar papa").split()
     rng = np.random.default_rng(0)
@@ -78,7 +78,7 @@ def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):
 
 
 def test_lengths_past_the_learned_table_are_refused_before_compiling(tmp_path):
-    from encoder.eval import intrinsic
+    from encoder.jobs import evaluate as intrinsic
     from experiments import embed as embed_exp, evaluate as evaluate_exp
     (tmp_path / "texts.txt").write_text("one text\nanother text\n")
     config = embed_exp.get_config()

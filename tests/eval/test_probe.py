@@ -2,7 +2,7 @@
 import numpy as np
 
 from encoder.checkpoints import sources
-from encoder.eval import probe
+from encoder.jobs import probe
 
 
 def _examples(n, seed):

@@ -4,8 +4,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from encoder.data import tasks as tasks_lib
-from encoder.eval import probe
+from encoder.tasks import readers as tasks_lib
+from encoder.jobs import probe
 from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
 
@@ -114,7 +114,7 @@ def test_a_tag_that_needs_the_sentence_is_not_in_the_embeddings(rope_cfg):
 
 def test_the_suite_probes_tagging_beside_classification_without_fine_tuning(tiny_pretrained,
                                                                            tmp_path):
-    from encoder.eval.suite import battery
+    from encoder.studies.suite import battery
     from helpers import topic_task, write_jsonl
     tasks = tmp_path / "tasks"
     topic_task(tasks / "topic", n_train=32, n_dev=16)
@@ -144,7 +144,7 @@ def test_probe_only_never_replaces_a_report_with_finetuned_tasks(tmp_path):
     into an embedding-only average: it is refused; over its own earlier report it runs."""
     import json
     import pytest
-    from encoder.eval.suite import battery
+    from encoder.studies.suite import battery
     (tmp_path / "suite.json").write_text(json.dumps({"header": {"source": "runs/x"}}))
     with pytest.raises(ValueError, match="fine-tuned tasks"):
         battery.run_suite(battery.SuiteOptions("runs/x", str(tmp_path), probe_only=True))

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from encoder.data import stdlib_tasks
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
-from encoder.eval.suite import battery, catalog, embedding, presets, report, runs as runs_lib
+from encoder.studies.suite import battery, catalog, embedding, presets, report, runs as runs_lib
 from helpers import ROOT, topic_task
 
 # --------------------------------------------------------------------------- GLUE files
@@ -383,7 +383,7 @@ def test_intermediate_runs_start_from_the_chosen_mnli_run(tmp_path):
 
 
 def test_ablate_runs_the_suite_on_each_pretraining_run():
-    from encoder import ablate
+    from encoder.studies import ablation as ablate
     cmd = ablate.suite_command({"dir": "pos=rope__seed0"}, "/study", "embedded",
                                ["--preset=runlocal"])
     assert cmd[1:3] == ["-m", "encoder.suite"] and cmd[-1] == "--preset=runlocal"

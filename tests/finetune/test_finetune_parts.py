@@ -3,8 +3,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.finetune import contrastive, frozen, layer_decay, lora
-from encoder.finetune.contrastive import Contrastive
+from encoder.finetune import frozen, layer_decay, lora
+from encoder.tasks import contrastive
+from encoder.tasks.contrastive import Contrastive
 
 
 def test_lora_merge_and_trainable_sets():

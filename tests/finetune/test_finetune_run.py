@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from encoder.checkpoints import sources, store
-from encoder.finetune import run
-from encoder.finetune.task import TaskDataError
-from encoder.finetune.tasks import TASKS
+from encoder.jobs import finetune as run
+from encoder.tasks.base import TaskDataError
+from encoder.tasks.table import TASKS
 from encoder.train import metrics_io
 from experiments import finetune as finetune_exp
 from helpers import ROOT, topic_config, topic_task, write_jsonl as _write

@@ -16,7 +16,7 @@ import transformers as T
 
 from encoder import config as config_lib
 from encoder.checkpoints import sources
-from encoder.interop import export as export_lib
+from encoder.jobs import export as export_lib
 from encoder.interop import hf, hf_tokenizer
 from encoder.interop.family import Unrepresentable
 from encoder.model import models
@@ -235,7 +235,7 @@ def test_autotokenizer_gives_this_codebases_ids_singles_and_pairs(tiny_pretraine
 
 
 def test_rtd_workdir_exports_discriminator_and_generator(tmp_path):
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     from experiments import pretrain as pretrain_exp
     work = str(tmp_path / "rtd")
     config = pretrain_exp.get_config("objective=rtd,position=learned,runlocal")
@@ -266,7 +266,7 @@ def test_rtd_workdir_exports_discriminator_and_generator(tmp_path):
 
 
 def _finetune(source, folder, pooling):
-    from encoder.finetune import run
+    from encoder.jobs import finetune as run
     tasks = topic_task(folder / "task")
     config = topic_config(source, tasks, num_epochs=1)
     config.pooling = pooling
@@ -283,7 +283,7 @@ def finetuned(tiny_pretrained, tmp_path_factory):
 @pytest.fixture(scope="module")
 def finetuned_bert(tmp_path_factory):
     """Learned positions, fine-tuned with BERT's pooler (pooling=cls_tanh)."""
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     from experiments import pretrain as pretrain_exp
     d = tmp_path_factory.mktemp("ftb")
     config = pretrain_exp.get_config("position=learned,runlocal")
@@ -332,7 +332,7 @@ def test_a_classifier_without_a_head_the_family_has_is_refused(tiny_pretrained, 
 @pytest.mark.parametrize("pooling", ["mean", "cls_gelu"])
 def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooling):
     from sentence_transformers import SentenceTransformer
-    from encoder.eval import intrinsic
+    from encoder.eval import embeddings
     import shutil
     work = str(tmp_path / "work")
     shutil.copytree(finetuned[0], work)  # the module's workdir stays as it is
@@ -347,7 +347,7 @@ def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooli
     params = dict(p.params)
     if pooling == "cls_gelu":
         params["pooler"] = p.params["head"]["pooler"]
-    ours = intrinsic.embed_texts(p.model_cfg, params, p.tokenizer, texts, pooling,
+    ours = embeddings.embed_texts(p.model_cfg, params, p.tokenizer, texts, pooling,
                                   max_len=export_lib.max_length(p))
     cos = np.sum(theirs * ours, -1) / np.linalg.norm(theirs, axis=-1) / np.linalg.norm(ours, axis=-1)
     print(f"{pooling}: min cosine {cos.min():.7f}")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import encoder
-from encoder.interop import hf_bert
+from encoder.jobs import import_hf as hf_bert
 
 
 def minilm_dir() -> str:

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from encoder.train import metrics_io, pretrain
+from encoder.train import metrics_io
+from encoder.jobs import pretrain
 
 from helpers import ROOT  # noqa: E402
 
@@ -207,7 +208,7 @@ def test_resolved_config_and_metrics_files(shared_data, tmp_path):
 
 
 def test_the_run_says_how_many_times_it_reads_its_data():
-    from encoder.train import pretrain
+    from encoder.jobs import pretrain
     once = pretrain.data_passes(rows=400, steps=50, batch_size=8, seq_len=128)
     assert "read it 1.0 times" in once and "many passes" not in once
     many = pretrain.data_passes(rows=3398, steps=1200, batch_size=32, seq_len=128)

@@ -11,7 +11,8 @@ import jax
 import pytest
 
 from encoder.checkpoints import store
-from encoder.train import metrics_io, pretrain, workdir as workdir_lib
+from encoder.train import metrics_io, workdir as workdir_lib
+from encoder.jobs import pretrain
 from experiments import pretrain as pretrain_exp
 
 

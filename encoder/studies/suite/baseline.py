@@ -21,9 +21,9 @@ import json
 import os
 
 from encoder import registry
-from encoder.data import tasks as tasks_lib
-from encoder.eval import baselines
-from encoder.eval.suite import embedding, report
+from encoder.tasks import readers as tasks_lib
+from encoder.tasks import baselines
+from encoder.studies.suite import embedding, report
 
 # What each method does per task type, for suite.md's header.
 DESCRIPTIONS = {

@@ -19,8 +19,8 @@ import os
 import sys
 import time
 
-from encoder.eval.suite import baseline as baseline_lib
-from encoder.eval.suite import catalog, embedding, presets, report, runs as runs_lib
+from encoder.studies.suite import baseline as baseline_lib
+from encoder.studies.suite import catalog, embedding, presets, report, runs as runs_lib
 
 EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
 
@@ -141,7 +141,7 @@ def start_for(run, start_task, start_rows: list, start_runs: list, rule: str):
 
 def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str) -> list:
     """Rows of the embedding tasks: one per seed with --random_init, else one."""
-    from encoder.eval import probe
+    from encoder.jobs import probe
     rows = []
     seeds = range(preset["seeds"]) if opts.random_init else [0]
     for task in [t for t in tasks if t.kind != "finetune"]:
@@ -172,8 +172,8 @@ def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptio
                 root: str) -> dict:
     """Per-layer probes of the classification, regression and tagging tasks
     (encoder/eval/probe.py; tagging per word, by entity F1)."""
-    from encoder.data import tasks as tasks_lib
-    from encoder.eval import probe
+    from encoder.tasks import readers as tasks_lib
+    from encoder.jobs import probe
     out_dir = os.path.join(root, "probes")
     table = {}
     for task in [t for t in tasks if t.kind == "finetune" and

@@ -25,8 +25,8 @@ import os
 
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
-from encoder.eval.suite import glue
+from encoder.tasks import readers as tasks_lib
+from encoder.studies.suite import glue
 
 # Metrics a JSONL task may name, per task type (eval.json's keys; binary_f1 is the
 # suite's own, from predictions.jsonl), and each type's defaults.

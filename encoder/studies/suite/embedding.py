@@ -8,7 +8,7 @@ embedded as "title text" (as MTEB's sentence-transformers path joins them),
 ranked by cosine similarity to each query, and scored with nDCG@10 (MTEB's
 main retrieval score), MRR@10 and recall@{1, 10, 100} (encoder/eval/metrics.py).
 
-Vectors come from encoder/eval/intrinsic.py's embed_texts (the `embed` job's
+Vectors come from encoder/eval/embeddings.py's embed_texts (the `embed` job's
 pooling and L2 normalisation), so a contrastively fine-tuned workdir or an
 imported sentence encoder is scored the way MTEB scores it. `encode` may also
 return scipy sparse rows (the bag-of-words baseline's TF-IDF vectors).
@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 
-from encoder.data import tasks as tasks_lib
+from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
-from encoder.eval.suite import catalog
+from encoder.studies.suite import catalog
 
 RECALL_AT = (1, 10, 100)
 
@@ -29,11 +29,11 @@ RECALL_AT = (1, 10, 100)
 def encoder_fn(model_cfg, params, tokenizer, pooling: str, max_len: int,
                batch_size: int = 64):
     """texts -> [N, D] unit vectors."""
-    from encoder.eval import intrinsic  # jax: only a model's suite needs it
+    from encoder.eval import embeddings  # jax: only a model's suite needs it
 
     def encode(texts):
-        return intrinsic.embed_texts(model_cfg, params, tokenizer, list(texts), pooling,
-                                     max_len, batch_size)
+        return embeddings.embed_texts(model_cfg, params, tokenizer, list(texts), pooling,
+                                      max_len, batch_size)
     return encode
 
 

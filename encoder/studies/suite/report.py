@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from encoder.eval import metrics as metrics_lib
-from encoder.eval.suite import presets
+from encoder.studies.suite import presets
 
 PERCENT_KEYS = ("exact_match", "f1")  # SQuAD's scores are percentages already
 
