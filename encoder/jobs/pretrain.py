@@ -16,6 +16,7 @@ from absl import logging
 
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline
+from encoder.eval import evaluators
 from encoder.objectives import objectives, pretraining
 from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
@@ -93,21 +94,12 @@ def build(config, workdir: str, devices=None) -> Run:
                trainer.jit_eval(step.eval_step), flops.config_train_flops_per_step(config))
 
 
-def evaluate(run: Run, params) -> dict:
-    """Held-out metrics over eval_batches fixed batches with fixed masks."""
+def held_out(run: Run) -> evaluators.HeldOut:
+    """The held-out evaluator: eval_batches fixed batches with fixed masks."""
     cfg = run.config
-    it = pipeline.batch_iterator(run.valid_rows, cfg.train.batch_size, seed=0, shuffle=False,
-                                 repeat=True, process_index=jax.process_index(),
-                                 process_count=jax.process_count())
-    keys = objectives.OBJECTIVES[cfg.objective].eval_keys
-    totals: dict[str, float] = {}
-    for i in range(cfg.train.eval_batches):
-        batch = run.trainer.shard(next(it))
-        m = jax.device_get(run.eval_fn(params, batch, jax.random.key(10_000 + i)))
-        for k in keys:
-            if k in m:
-                totals[k] = totals.get(k, 0.0) + float(m[k])
-    return {f"eval/{k}": v / cfg.train.eval_batches for k, v in totals.items()}
+    return evaluators.HeldOut(run.eval_fn, run.valid_rows, cfg.train.batch_size,
+                              cfg.train.eval_batches,
+                              objectives.OBJECTIVES[cfg.objective].eval_keys, run.trainer.shard)
 
 
 def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
@@ -169,7 +161,8 @@ def _train(config, workdir: str, devices=None) -> dict:
     try:
         state, last = trainer_lib.run_loop(
             run.trainer, state, it, mngr, writer, opts,
-            evaluate=lambda s, *_: evaluate(run, s.params),
+            evaluate=evaluators.as_callback([held_out(run)] if run.valid_rows is not None
+                                            else []),
             meta={"objective": cfg.objective}, restored_meta=start.meta)
     finally:
         mngr.close()
