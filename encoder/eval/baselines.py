@@ -1,11 +1,11 @@
 """The `python -m encoder.eval.baselines` command: its flags; the job is encoder/tasks/baselines.py."""
 from absl import app, flags
 
-from encoder.tasks import baselines
+from encoder.tasks import baselines, table
 
 if __name__ == "__main__":
-    flags.DEFINE_enum("task", "classification", ["classification", "regression", "tagging", "qa"],
-                      "the task type")
+    flags.DEFINE_enum("task", table.DEFAULT, table.having("baselines"),
+                      "the task type (those with a baseline)")
     flags.DEFINE_string("train", None, "train file", required=True)
     flags.DEFINE_string("dev", None, "dev file", required=True)
     app.run(baselines.main)

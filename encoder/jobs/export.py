@@ -29,10 +29,10 @@ from encoder.checkpoints import sources
 from encoder.interop import hf
 from encoder.interop.family import Unrepresentable
 from encoder.model.encoder import encoder_params
+from encoder.tasks.base import Export
+from encoder.tasks.table import TASKS
 
 FORMATS = ("transformers", "sentence-transformers")
-TASK_KINDS = {"classification": "sequence", "regression": "sequence", "tagging": "token",
-              "qa": "span", "contrastive": "base"}
 ST_POOLING = {"cls": "pooling_mode_cls_token", "cls_tanh": "pooling_mode_cls_token",
               "cls_gelu": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
               "max": "pooling_mode_max_tokens"}
@@ -45,10 +45,15 @@ def head_kind(p: sources.Pretrained, fmt: str) -> str:
     if fmt == "sentence-transformers":
         return "base"
     if p.kind == "finetuning":
-        return TASK_KINDS.get(p.task, "base")
+        return task_export(p).kind
     if "rtd_head" in p.params and "generator" in p.params:
         return "rtd"
     return "mlm" if "mlm_head" in p.params else "base"
+
+
+def task_export(p: sources.Pretrained) -> Export:
+    """How the source's task type is exported (a source with no known type: no head)."""
+    return TASKS[p.task].export if p.task in TASKS else Export()
 
 
 def pooling_of(p: sources.Pretrained) -> str:
@@ -191,11 +196,11 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
     if kind == "rtd":
         params = _discriminator(p.params)
     family = family or hf.choose_family(cfg, kind)
+    spec = task_export(p)
     labels = p.labels if kind in ("sequence", "token") else None
-    problem = {"classification": "single_label_classification",
-               "regression": "regression"}.get(p.task, "") if kind == "sequence" else ""
-    if p.task == "regression":
-        labels = ["score"]  # one output: num_labels 1, as HF regression heads have
+    problem = spec.problem if kind == "sequence" else ""
+    if spec.labels is not None:
+        labels = list(spec.labels)  # regression: one output, num_labels 1, as HF's heads
     length = max_length(p)
     pooling = pooling_of(p)
     if fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:

@@ -10,10 +10,13 @@ that size finds in any features. The result is a layer x task table (and a
 heatmap), the classic tool for comparing a pretrained encoder with the same
 architecture at random initialisation.
 
+Each task type says how it is probed (its class's `probe`): "sentence" types as above,
+"token" types (tagging) per token; a type with none is refused.
+
 Tagging tasks are probed per token (Tenney et al. 2019, "BERT rediscovers the
 classical NLP pipeline"; Hewitt & Manning 2019): the features of a word are the
 hidden states of its first piece (the piece fine-tuning labels, through
-tasks.featurize_tagging's alignment), a multinomial logistic regression on
+tagging.featurize_tagging's alignment), a multinomial logistic regression on
 standardised features is fitted to at most `max_tokens` training words (a
 seeded draw), and dev is scored by entity F1 over BIO spans, the metric of the
 fine-tuning job and the suite; the control shuffles the drawn words' tags.
@@ -35,6 +38,10 @@ import numpy as np
 from encoder.checkpoints import sources
 from encoder.eval import inference
 from encoder.tasks import readers as tasks_lib
+from encoder.tasks import table as tasks_table
+from encoder.tasks.files import LabelSet
+from encoder.tasks.table import TASKS
+from encoder.tasks.tagging import Tagging, featurize_tagging
 from encoder.eval import metrics as metrics_lib
 from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
@@ -71,38 +78,40 @@ def layer_features(model_cfg, params, tokenizer, examples, max_len: int = 128,
                        0, 1)
 
 
-def fit_predict(x_train, y_train, x_dev, kind: str = "classification") -> np.ndarray:
+def fit_predict(x_train, y_train, x_dev, numeric: bool = False) -> np.ndarray:
     """Dev predictions of a converged linear probe on features standardised on train
-    (logistic regression, multinomial over >2 classes; ridge for regression)."""
+    (logistic regression, multinomial over >2 classes; ridge for numeric labels)."""
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.preprocessing import StandardScaler
     scale = StandardScaler().fit(x_train)
     a, b = scale.transform(x_train), scale.transform(x_dev)
-    if kind == "regression":
+    if numeric:
         return Ridge(alpha=1.0).fit(a, y_train).predict(b)
     return LogisticRegression(max_iter=5000).fit(a, y_train).predict(b)
 
 
-def fit_and_score(x_train, y_train, x_dev, y_dev, kind: str = "classification") -> float:
-    """Dev accuracy (classification) or Pearson r (regression) of a converged linear probe."""
-    pred = fit_predict(x_train, y_train, x_dev, kind)
-    if kind == "regression":
+def fit_and_score(x_train, y_train, x_dev, y_dev, numeric: bool = False) -> float:
+    """Dev accuracy (classes) or Pearson r (numeric labels) of a converged linear probe."""
+    pred = fit_predict(x_train, y_train, x_dev, numeric)
+    if numeric:
         return float(np.corrcoef(pred, y_dev)[0, 1])
     return float(np.mean(pred == np.asarray(y_dev)))
 
 
-def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = "classification",
+def probe_task(model_cfg, params, tokenizer, train, dev, kind: str = tasks_table.DEFAULT,
                max_len: int = 128, seed: int = 0) -> dict:
-    """{'layers': [score per layer], 'control': [score with shuffled train labels]}."""
-    key = (lambda ex: float(ex["label"])) if kind == "regression" else (lambda ex: str(ex["label"]))
+    """{'layers': [score per layer], 'control': [score with shuffled train labels]}
+    of a sentence-level type (kind: its name; numeric labels are regressed)."""
+    numeric = tasks_table.lookup(kind).numeric_labels
+    key = (lambda ex: float(ex["label"])) if numeric else (lambda ex: str(ex["label"]))
     y_train = np.array([key(ex) for ex in train])
     y_dev = np.array([key(ex) for ex in dev])
     shuffled = np.random.default_rng(seed).permutation(y_train)
     f_train = layer_features(model_cfg, params, tokenizer, train, max_len)
     f_dev = layer_features(model_cfg, params, tokenizer, dev, max_len)
-    return {"layers": [fit_and_score(f_train[l], y_train, f_dev[l], y_dev, kind)
+    return {"layers": [fit_and_score(f_train[l], y_train, f_dev[l], y_dev, numeric)
                        for l in range(len(f_train))],
-            "control": [fit_and_score(f_train[l], shuffled, f_dev[l], y_dev, kind)
+            "control": [fit_and_score(f_train[l], shuffled, f_dev[l], y_dev, numeric)
                         for l in range(len(f_train))]}
 
 
@@ -111,10 +120,10 @@ def layer_token_features(model_cfg, params, tokenizer, examples, max_len: int = 
                          rng=None) -> tuple[np.ndarray, list]:
     """([L+1, N, D] hidden states of each word's first piece, every layer with the
     embeddings first; the N (example, word) indices). Words are aligned to pieces by
-    tasks.featurize_tagging, the fine-tuning featurizer; words past max_len have no
+    tagging.featurize_tagging, the fine-tuning featurizer; words past max_len have no
     piece and no row. max_words: a draw of at most that many words (rng; 0: every word)."""
-    labels = tasks_lib.LabelSet.from_examples(examples, "tagging")  # only to featurize
-    arrays, word_pos = tasks_lib.featurize_tagging(examples, tokenizer, max_len, labels)
+    labels = LabelSet(Tagging.label_names(examples))  # only to featurize
+    arrays, word_pos = featurize_tagging(examples, tokenizer, max_len, labels)
     rows = [(r, w) for r, first in enumerate(word_pos) for w, p in enumerate(first) if p >= 0]
     if max_words and len(rows) > max_words:
         rows = [rows[i] for i in np.sort(rng.choice(len(rows), max_words, replace=False))]
@@ -179,20 +188,35 @@ def probe_tagging_task(model_cfg, params, tokenizer, train, dev, max_len: int = 
                         for l in range(len(f_train))]}
 
 
+def probe_examples(model_cfg, params, tokenizer, train, dev, kind: str, max_len: int = 128,
+                   seed: int = 0, max_tokens: int = 20000) -> dict:
+    """probe_task or probe_tagging_task, as the type's `probe` says."""
+    if tasks_table.lookup(kind).probe == "token":
+        return probe_tagging_task(model_cfg, params, tokenizer, train, dev, max_len, seed,
+                                  max_tokens)
+    return probe_task(model_cfg, params, tokenizer, train, dev, kind, max_len, seed)
+
+
+def probed(kind: str) -> bool:
+    """Whether a task type has a probe."""
+    return kind in TASKS and bool(TASKS[kind].probe)
+
+
 def read_task(folder: str, max_train: int = 0, seed: int = 0):
     """(train, dev, kind) from a task folder; train subsampled to max_train examples (0: all)."""
-    kind = "classification"
+    kind = tasks_table.DEFAULT
     meta = os.path.join(folder, "task.json")
     if os.path.exists(meta):
         with open(meta) as f:
             kind = json.load(f).get("type", kind)
-    if kind not in ("classification", "regression", "tagging"):
-        raise ValueError(f"{folder}: probes take classification, regression or tagging tasks, "
+    if not probed(kind):
+        names = tasks_table.having("probe")
+        raise ValueError(f"{folder}: probes take {', '.join(names[:-1])} or {names[-1]} tasks, "
                          f"not {kind!r}")
     train = tasks_lib.read_jsonl(os.path.join(folder, "train.jsonl"), kind)
     dev = tasks_lib.read_jsonl(os.path.join(folder, "dev.jsonl"), kind)
     for split, examples in (("train", train), ("dev", dev)):
-        if kind == "tagging":
+        if TASKS[kind].probe == "token":
             continue  # read_jsonl required tokens and tags of equal length
         missing = [ex["_where"] for ex in examples if "label" not in ex]
         if missing:
@@ -230,19 +254,15 @@ def main(argv):
     f = flags.FLAGS
     src = sources.load(f.init_from)
     params = random_params(src.model_cfg, f.seed) if f.random_init else src.params
-    table = {}
+    scores = {}
     for folder in f.tasks:
         train, dev, kind = read_task(folder, f.max_train, f.seed)
         name = os.path.basename(os.path.normpath(folder))
-        if kind == "tagging":
-            table[name] = probe_tagging_task(src.model_cfg, params, src.tokenizer, train, dev,
-                                             f.max_len, f.seed, f.max_tokens)
-        else:
-            table[name] = probe_task(src.model_cfg, params, src.tokenizer, train, dev, kind,
-                                     f.max_len, f.seed)
-        print(f"{name}: layers {[round(x, 3) for x in table[name]['layers']]} "
-              f"(control {[round(x, 3) for x in table[name]['control']]})", flush=True)
+        scores[name] = probe_examples(src.model_cfg, params, src.tokenizer, train, dev, kind,
+                                      f.max_len, f.seed, f.max_tokens)
+        print(f"{name}: layers {[round(x, 3) for x in scores[name]['layers']]} "
+              f"(control {[round(x, 3) for x in scores[name]['control']]})", flush=True)
     os.makedirs(f.out, exist_ok=True)
     from encoder.train import metrics_io
-    metrics_io.write_json(os.path.join(f.out, "probes.json"), table)
-    heatmap(table, os.path.join(f.out, "probes.png"))
+    metrics_io.write_json(os.path.join(f.out, "probes.json"), scores)
+    heatmap(scores, os.path.join(f.out, "probes.png"))

@@ -5,13 +5,37 @@ from the training file, featurizes examples into fixed-shape arrays, builds
 its model (encoder + head), computes its loss from the model output, and
 scores predictions. The trainer never asks which task it runs.
 
-Adding a task type: a subclass in a file of its own, and one line in tasks.py.
+Beside those methods a type declares, as class attributes, what the rest of the
+codebase asks of it: its metric keys (the suite's task.json), its bag-of-words
+baselines (encoder/tasks/baselines.py), its HuggingFace head (encoder/jobs/export.py),
+its suite defaults (encoder/studies/suite/presets.py) and how it is probed
+(encoder/jobs/probe.py). Those modules read the attributes through TASKS and never
+name a type.
+
+Adding a task type: a subclass in a file of its own, and one line in table.py.
 """
+import dataclasses
+from typing import Callable, NamedTuple
+
 import jax
 import jax.numpy as jnp
 
-from encoder.tasks import readers as tasks_lib
-from encoder.tasks.readers import TaskDataError  # noqa: F401  (re-exported)
+from encoder.tasks import files
+from encoder.tasks.files import IGNORE, LabelSet, TaskDataError  # noqa: F401  (re-exported)
+
+
+class Baseline(NamedTuple):
+    """A method with no model for one type (encoder/tasks/baselines.py)."""
+    predict: Callable  # (train, splits) -> one list of predictions per split
+    description: str   # what it does, for the suite's report header
+
+
+@dataclasses.dataclass(frozen=True)
+class Export:
+    """The HuggingFace head a fine-tuned model of the type is exported as."""
+    kind: str = "base"           # sequence | token | span | base (encoder/interop/hf.py)
+    problem: str = ""            # config.json's problem_type of a sequence head
+    labels: tuple | None = None  # label names written instead of the run's
 
 
 def weighted_mean(values, weight):
@@ -26,15 +50,49 @@ class Task:
     model_cls = None
     uses_labels = False          # True: label names are fixed from the training file
 
+    # ---------------------------------------- what the rest of the codebase reads
+    fields: tuple = ()           # the field sets an example may hold (a JSONL line: one)
+    formats: dict = {}           # file ending -> reader(path), beside JSONL and GLUE TSV
+    numeric_labels = False       # a label is a number (GLUE's STS-B scores are parsed)
+    single_label = False         # one class per example: the suite may draw k per class
+    metric_keys: tuple = ()      # eval.json keys the type reports (task.json may name them)
+    default_metrics: tuple = ()  # the suite's metrics when task.json names none
+    baselines: dict = {}         # method name -> Baseline
+    export = Export()
+    seq_len_field = "max_seq_len"  # the suite preset's field that sets the input length
+    recipe_epochs = 0            # epochs every published recipe fixes for the type (0: none)
+    probe = ""                   # "sentence" | "token": jobs/probe.py's probe; "": none
+    label_fields: tuple = ()     # featurize's label arrays: (name, row shape, "T" = tokens, dtype)
+
     def __init__(self, config, tokenizer, labels: list | None = None):
         self.config = config
         self.tokenizer = tokenizer
-        self.labels = tasks_lib.LabelSet(list(labels)) if labels is not None else None
+        self.labels = LabelSet(list(labels)) if labels is not None else None
 
     # --------------------------------------------------------------- examples
+    @classmethod
+    def read_file(cls, path: str) -> list[dict]:
+        """Examples of a file (GLUE TSV, a format of the type's own, else JSON lines);
+        field and line checks, errors naming file:line."""
+        if path.endswith(".tsv"):
+            return files.read_glue_tsv(path)
+        for ending, reader in cls.formats.items():
+            if path.endswith(ending):
+                return reader(path)
+        return files.read_jsonl(path, cls.fields, cls.check_line)
+
+    @staticmethod
+    def check_line(example: dict, where: str) -> None:
+        """A JSONL line's checks beyond its fields (subclasses extend); raise TaskDataError."""
+
+    @classmethod
+    def label_names(cls, examples: list[dict]) -> list:
+        """The label names a training file fixes, in head-row order."""
+        return sorted({ex["label"] for ex in examples}, key=str)
+
     def read(self, path: str, split: str) -> list[dict]:
         """Reads a task file and checks every example; errors name file:line."""
-        examples = tasks_lib.read_examples(path, self.name)
+        examples = self.read_file(path)
         self.check(examples, split)
         return examples
 
@@ -50,7 +108,7 @@ class Task:
         if not self.uses_labels:
             return
         if self.labels is None:
-            self.labels = tasks_lib.LabelSet.from_examples(train_examples, self.name)
+            self.labels = LabelSet(self.label_names(train_examples))
         if len(self.labels.names) < 2:
             raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one label "
                                 f"({self.labels.names}) in the training file; a {self.name} "
@@ -84,6 +142,12 @@ class Task:
     def score(self, out, examples, arrays, meta):
         """(metrics, per-example predictions) from the raw outputs of every row."""
         raise NotImplementedError
+
+    @classmethod
+    def score_predictions(cls, examples: list[dict], preds: list[dict]) -> dict:
+        """eval.json's metrics of predictions in predictions.jsonl form (a baseline's), as
+        `score` computes them for the model's."""
+        raise ValueError(f"no baseline score for task type {cls.name!r}")
 
 
 def softmax_nll(logits, labels):

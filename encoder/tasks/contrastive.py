@@ -1,19 +1,35 @@
-"""Sentence embeddings from positive pairs: in-batch negatives, recall@1 retrieval."""
+"""Sentence embeddings from positive pairs: in-batch negatives, recall@1 retrieval.
+
+Examples: {"text_a", "text_b"} positive pairs. Exported as the bare encoder (its
+embeddings are the model); no baseline and no probe.
+"""
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.tasks import readers as tasks_lib
-from encoder.tasks.base import Task, TaskDataError
 from encoder.model import models
+from encoder.tasks import files
+from encoder.tasks.base import Task, TaskDataError
 
 SCALE = 20.0  # inverse temperature on cosine similarities (Sentence-BERT's MNRL)
+
+
+def featurize_pairs(examples, tokenizer, max_len: int) -> dict:
+    """Two single-text encodings per example: a_* and b_* arrays."""
+    out = {f"a_{k}": v for k, v in files.encode_texts(
+        [{"text": ex["text_a"]} for ex in examples], tokenizer, max_len).items()}
+    out.update({f"b_{k}": v for k, v in files.encode_texts(
+        [{"text": ex["text_b"]} for ex in examples], tokenizer, max_len).items()})
+    return out
 
 
 class Contrastive(Task):
     name = "contrastive"
     primary_metric = "recall_at_1"
     model_cls = models.Embedder
+    fields = (("text_a", "text_b"),)
+    metric_keys = ("recall_at_1",)
+    default_metrics = ("recall_at_1",)
 
     def check(self, examples, split):
         for ex in examples:
@@ -22,8 +38,7 @@ class Contrastive(Task):
                     raise TaskDataError(f"{ex['_where']}: {key!r} must be a string")
 
     def featurize(self, examples):
-        return tasks_lib.featurize_pairs(examples, self.tokenizer,
-                                         self.config.data.max_seq_len), None
+        return featurize_pairs(examples, self.tokenizer, self.config.data.max_seq_len), None
 
     def forward(self, model, params, batch, deterministic=True, rngs=None):
         def embed(side):

@@ -1,14 +1,46 @@
-"""Sequence regression (e.g. STS-B): one pooled output, squared error, Pearson/Spearman."""
-from encoder.tasks import readers as tasks_lib
+"""Sequence regression (e.g. STS-B): one pooled output, squared error, Pearson/Spearman.
+
+Examples: {"text", "label"} or {"text_a", "text_b", "label"} with a number as label.
+Baseline: TF-IDF ridge regression (`bow`); a constant has no correlation, so no
+`majority`.
+"""
+import numpy as np
+
 from encoder.eval import metrics as metrics_lib
-from encoder.tasks.base import Task, TaskDataError, check_labelled, weighted_mean
 from encoder.model import models
+from encoder.tasks import bow, files
+from encoder.tasks.base import Baseline, Export, Task, TaskDataError, check_labelled, weighted_mean
+
+
+def featurize_scores(examples, tokenizer, max_len: int) -> dict:
+    """Token arrays, plus float labels when every example has a label."""
+    out = files.encode_texts(examples, tokenizer, max_len)
+    if all("label" in ex for ex in examples):
+        out["labels"] = np.asarray([float(ex["label"]) for ex in examples], np.float32)
+    return out
+
+
+def bow_ridge_regression(train, splits) -> list:
+    from sklearn.linear_model import Ridge
+    x_train, xs = bow.bow_features(train, splits)
+    reg = Ridge(alpha=1.0).fit(x_train, [float(ex["label"]) for ex in train])
+    return [[{"label": float(v)} for v in reg.predict(x)] for x in xs]
 
 
 class Regression(Task):
     name = "regression"
     primary_metric = "pearson"
     model_cls = models.SequenceClassifier
+    fields = (("text",), ("text_a", "text_b"))
+    numeric_labels = True
+    metric_keys = ("pearson", "spearman")
+    default_metrics = ("pearson", "spearman")
+    baselines = {"bow": Baseline(bow_ridge_regression,
+                                 "TF-IDF ridge regression (pairs: [a, b, |a-b|, a*b])")}
+    # One output: num_labels 1 and one label name, as HF regression heads have.
+    export = Export("sequence", "regression", labels=("score",))
+    probe = "sentence"
+    label_fields = (("labels", (), "float32"),)
 
     @property
     def num_labels(self) -> int:
@@ -28,9 +60,7 @@ class Regression(Task):
                                     "number") from None
 
     def featurize(self, examples):
-        return tasks_lib.featurize_sequences(examples, self.tokenizer,
-                                             self.config.data.max_seq_len, self.name,
-                                             None), None
+        return featurize_scores(examples, self.tokenizer, self.config.data.max_seq_len), None
 
     def loss(self, out, batch):
         return weighted_mean((out[:, 0] - batch["labels"]) ** 2, batch["weight"])
@@ -43,3 +73,8 @@ class Regression(Task):
         m = (metrics_lib.regression_metrics(arrays["labels"], out[:, 0])
              if "labels" in arrays else {})
         return m, preds
+
+    @classmethod
+    def score_predictions(cls, examples, preds):
+        return metrics_lib.regression_metrics([float(ex["label"]) for ex in examples],
+                                              [p["label"] for p in preds])

@@ -1,9 +1,12 @@
-"""Task files: readers with file:line errors, GLUE TSV layouts, featurizers (QA windows, tags)."""
+"""Task files: readers with file:line errors, GLUE TSV layouts, featurizers (QA windows, tags).
+
+Readers by type name are encoder/tasks/readers.py; each featurizer is its type's file's."""
 import os
 
 import pytest
 
 from encoder.data import corpus, tokenizer as tokenizer_lib
+from encoder.tasks import classification, qa, tagging
 from encoder.tasks import readers as tasks
 
 
@@ -28,14 +31,14 @@ def test_qa_windows_map_the_gold_answer_back_exactly(sp_tok, which):
     start = context.index(answer)
     ex = {"question": "Which function opens it?", "context": context, "answer_text": answer,
           "answer_start": start, "_where": "x"}
-    arrays, meta = tasks.featurize_qa([ex], tok, max_len=64, stride=24)
+    arrays, meta = qa.featurize_qa([ex], tok, max_len=64, stride=24)
     assert len(meta) > 5  # the context really was split
     hits = [w for w in range(len(meta)) if arrays["start_positions"][w] > 0]
     assert hits
     for w in hits:
         s, e = arrays["start_positions"][w], arrays["end_positions"][w]
         assert s <= e and arrays["context_mask"][w, s] and arrays["context_mask"][w, e]
-        assert tasks.qa_answer_text(ex, meta[w], int(s), int(e)) == answer
+        assert qa.qa_answer_text(ex, meta[w], int(s), int(e)) == answer
     # Windows overlap and together cover every context token.
     n_ctx = len(tok.encode_with_offsets(context)[0])
     covered = set()
@@ -66,7 +69,7 @@ def test_unseen_label_is_an_error_at_dev_time(tmp_path, sp_tok):
     labels = tasks.LabelSet.from_examples(train, "classification")
     dev = [{"text": "c", "label": "z", "_where": "dev.jsonl:7"}]
     with pytest.raises(tasks.TaskDataError, match=r"dev.jsonl:7: label 'z' was not seen"):
-        tasks.featurize_sequences(dev, sp_tok, 16, "classification", labels)
+        classification.featurize_sequences(dev, sp_tok, 16, labels)
 
 
 def test_glue_tsv_readers(tmp_path):
@@ -88,7 +91,7 @@ def test_tagging_labels_sit_on_first_pieces(sp_tok):
     ex = [{"tokens": ["Internationalization", "of", "os.path"], "tags": ["B-X", "O", "B-Y"],
            "_where": "x"}]
     labels = tasks.LabelSet.from_examples(ex, "tagging")
-    arrays, word_pos = tasks.featurize_tagging(ex, sp_tok, 32, labels)
+    arrays, word_pos = tagging.featurize_tagging(ex, sp_tok, 32, labels)
     tags = arrays["labels"][0]
     assert [tags[p] for p in word_pos[0]] == [labels.names.index(t) for t in ex[0]["tags"]]
     assert (tags != tasks.IGNORE).sum() == 3
@@ -102,5 +105,5 @@ def test_tagging_truncation_keeps_a_prefix_of_the_words(sp_tok):
     labels = tasks.LabelSet.from_examples(ex, "tagging")
     n_long = len(sp_tok.encode(long_word))
     max_len = 1 + len(sp_tok.encode("of")) + n_long  # [CLS] of + long word: no room for [SEP]
-    _, word_pos = tasks.featurize_tagging(ex, sp_tok, max_len, labels)
+    _, word_pos = tagging.featurize_tagging(ex, sp_tok, max_len, labels)
     assert word_pos[0][0] == 1 and word_pos[0][1:] == [-1, -1]

@@ -1,7 +1,7 @@
-"""Baselines with no model (encoder/eval/baselines.py) and their suite rows
-(python -m encoder.suite --baseline=bow): each method's score on a toy task against a
-value worked out by hand, every task type through the suite's own files and report, the
-few-shot draws of the model's runs, and the refusals."""
+"""Baselines with no model (each task type's, gathered by encoder/tasks/baselines.py) and
+their suite rows (python -m encoder.suite --baseline=bow): each method's score on a toy
+task against a value worked out by hand, every task type through the suite's own files
+and report, the few-shot draws of the model's runs, and the refusals."""
 import csv
 import json
 import math
@@ -14,7 +14,7 @@ import pytest
 from scipy import sparse
 
 from encoder.eval import metrics
-from encoder.tasks import baselines
+from encoder.tasks import baselines, bow, classification, qa, tagging
 from encoder.studies.suite import battery, catalog, embedding
 from helpers import ROOT, topic_task, write_jsonl
 from test_suite import write_glue
@@ -103,61 +103,61 @@ def every_type(root) -> str:
 # --------------------------------------------------------------------- the methods
 
 def test_tagging_takes_each_words_most_frequent_tag():
-    (pred,), = baselines.tag_by_word(TAG_TRAIN, [TAG_DEV])
+    (pred,), = tagging.tag_by_word(TAG_TRAIN, [TAG_DEV])
     assert pred["tags"] == ["O", "B-ARG", "B-ARG", "O", "B-ARG", "I-ARG", "O"]
     # gold (1,1) (3,3) (5,6); predicted (1,1) (2,2) (4,5): 1 of 3 each way
     m = baselines.score("tagging", TAG_DEV, [pred])
     assert m["entity_precision"] == pytest.approx(1 / 3)
     assert m["entity_f1"] == pytest.approx(1 / 3)
-    (const,), = baselines.majority_tag(TAG_TRAIN, [TAG_DEV])
+    (const,), = tagging.majority_tag(TAG_TRAIN, [TAG_DEV])
     assert set(const["tags"]) == {"O"}
     assert baselines.score("tagging", TAG_DEV, [const])["entity_f1"] == 0.0
 
 
 def test_qa_answers_with_the_best_sentence_minus_the_question():
-    preds, = baselines.qa_best_sentence(QA_TRAIN, [QA_DEV])
+    preds, = qa.qa_best_sentence(QA_TRAIN, [QA_DEV])
     assert [p["answer"] for p in preds] == ["close", "in 1889"]  # edge punctuation trimmed
     m = baselines.score("qa", QA_DEV, preds)
     assert m["exact_match"] == pytest.approx(50.0)
     assert m["f1"] == pytest.approx((100 + 200 / 3) / 2)
-    first, = baselines.qa_first_word(QA_TRAIN, [QA_DEV])
+    first, = qa.qa_first_word(QA_TRAIN, [QA_DEV])
     assert [p["answer"] for p in first] == ["open:", "The"]
-    assert baselines.sentence_spans("a b. c\n\nd e") == [(0, 4), (5, 6), (8, 11)]
+    assert qa.sentence_spans("a b. c\n\nd e") == [(0, 4), (5, 6), (8, 11)]
 
 
 def test_a_blank_line_is_no_sentence():
-    assert baselines.sentence_spans("a\n \nb") == [(0, 1), (4, 5)]
+    assert qa.sentence_spans("a\n \nb") == [(0, 1), (4, 5)]
     # no context word is in the question: every cosine is 0 and the first sentence wins,
     # which is "foo bar." (a line of spaces before it is no sentence to answer with)
     dev = [{"question": "zebra?", "context": " \t\nfoo bar. baz qux.", "answer_text": "foo",
             "answer_start": 3}]
-    (pred,), = baselines.qa_best_sentence(QA_TRAIN, [dev])
+    (pred,), = qa.qa_best_sentence(QA_TRAIN, [dev])
     assert pred["answer"] == "foo bar"
 
 
 def test_bow_is_fitted_on_the_training_split_only():
     train = [{"text": "alpha beta", "label": "a"}, {"text": "gamma delta", "label": "b"}]
     dev = [{"text": "omega zeta"}, {"text": "alpha"}]
-    _, (x_dev,) = baselines.bow_features(train, [dev])
+    _, (x_dev,) = bow.bow_features(train, [dev])
     assert x_dev[0].nnz == 0 and x_dev[1].nnz == 1  # dev words have no column
     pair = [{"text_a": "alpha", "text_b": "beta", "label": 1.0}]
-    x, (xp,) = baselines.bow_features(pair, [[{"text_a": "omega", "text_b": "alpha"}]])
+    x, (xp,) = bow.bow_features(pair, [[{"text_a": "omega", "text_b": "alpha"}]])
     assert x.shape == xp.shape and x.shape[1] == 4 * 2  # [a, b, |a-b|, a*b] over 2 words
     # a one-class draw answers with that class instead of failing
     one = [{"text": "alpha", "label": 7}, {"text": "beta", "label": 7}]
-    assert baselines.bow_logistic_regression(one, [dev])[0] == [{"label": 7}] * 2
+    assert classification.bow_logistic_regression(one, [dev])[0] == [{"label": 7}] * 2
 
 
 def test_labels_keep_their_type_and_the_majority_is_the_most_frequent():
     train = [{"text": "aa xx", "label": 1}, {"text": "bb yy", "label": 0},
              {"text": "cc yy", "label": 0}]
-    assert baselines.majority_label(train, [[{}, {}]]) == [[{"label": 0}] * 2]
-    preds, = baselines.bow_logistic_regression(train, [train])
+    assert classification.majority_label(train, [[{}, {}]]) == [[{"label": 0}] * 2]
+    preds, = classification.bow_logistic_regression(train, [train])
     assert {type(p["label"]) for p in preds} == {int}
 
 
 def test_tfidf_vectors_score_sts_and_retrieval_by_hand():
-    encode = baselines.tfidf_encoder([p["text_a"] for p in STS_PAIRS] +
+    encode = bow.tfidf_encoder([p["text_a"] for p in STS_PAIRS] +
                                      [p["text_b"] for p in STS_PAIRS])
     a, b = encode([p["text_a"] for p in STS_PAIRS]), encode([p["text_b"] for p in STS_PAIRS])
     assert sparse.issparse(a)
@@ -167,7 +167,7 @@ def test_tfidf_vectors_score_sts_and_retrieval_by_hand():
         metrics.cosine_spearman(a.toarray(), b.toarray(), [3, 1, 2]))
     docs = embedding.document_texts(CORPUS)
     assert docs[1] == "json parse json text into objects"
-    enc = baselines.tfidf_encoder(docs)
+    enc = bow.tfidf_encoder(docs)
     assert embedding.rank(enc(["parse json text"]), enc(docs), ["d1", "d2", "d3"], 3)[0][0] == "d2"
     qrels = {"q1": {"d2": 1}, "q2": {"d3": 1}}
     assert embedding.retrieval_scores(enc, CORPUS, QUERIES, qrels) == pytest.approx(RETRIEVAL)
@@ -234,7 +234,7 @@ def test_few_shot_rows_use_the_model_runs_draws(tmp_path):
         draw = catalog.per_class(train, 2, seed)
         with open(out / "data" / "topic" / f"train.seed{seed}.jsonl") as f:
             assert [json.loads(line)["text"] for line in f] == [ex["text"] for ex in draw]
-        preds, = baselines.bow_logistic_regression(draw, [dev])
+        preds, = classification.bow_logistic_regression(draw, [dev])
         expected.append(100 * metrics.accuracy([ex["label"] for ex in dev],
                                                [p["label"] for p in preds]))
     assert s["seeds"] == 3 and s["median"] == pytest.approx(np.median(expected))

@@ -1,7 +1,8 @@
 """The suite's rows for a method with no model: `python -m encoder.suite --baseline=bow`.
 
 Every task goes through the same files and report as a model's runs, so the two tables
-line up row for row. A fine-tuned task's predictor (encoder/eval/baselines.py) is fitted
+line up row for row. A fine-tuned task's predictor (its type's `baselines`, gathered in
+encoder/tasks/baselines.py) is fitted
 on the prepared training file of each seed (OUT/data/<task>/train.seed<k>.jsonl under
 --train_per_class / --max_train: the very draw the model's run of that seed trains on; a
 task whose seeds all read one file is scored once, as seed 0, since the methods are
@@ -21,21 +22,28 @@ import json
 import os
 
 from encoder import registry
+from encoder.tasks import baselines, bow
 from encoder.tasks import readers as tasks_lib
-from encoder.tasks import baselines
+from encoder.tasks.table import TASKS
 from encoder.studies.suite import embedding, report
 
-# What each method does per task type, for suite.md's header.
-DESCRIPTIONS = {
-    "bow": {"classification": "TF-IDF logistic regression (pairs: [a, b, |a-b|, a*b])",
-            "regression": "TF-IDF ridge regression (pairs: [a, b, |a-b|, a*b])",
-            "tagging": "each word's most frequent training tag (unseen words: O)",
-            "qa": "the best TF-IDF sentence minus the question",
-            "sts": "cosine of TF-IDF vectors", "retrieval": "TF-IDF cosine ranking"},
-    "majority": {"classification": "the most frequent training label",
-                 "tagging": "the most frequent training tag",
-                 "qa": "the context's first word"},
-}
+# What each method does for the embedding tasks (the fine-tuned types say theirs).
+EMBEDDING_DESCRIPTIONS = {"bow": {"sts": "cosine of TF-IDF vectors",
+                                  "retrieval": "TF-IDF cosine ranking"}}
+
+
+def descriptions(tasks: dict = TASKS) -> dict:
+    """method -> task type -> what it does, for suite.md's header."""
+    out: dict = {}
+    for name, cls in tasks.items():
+        for method, baseline in cls.baselines.items():
+            out.setdefault(method, {})[name] = baseline.description
+    for method, rows in EMBEDDING_DESCRIPTIONS.items():
+        out.setdefault(method, {}).update(rows)
+    return out
+
+
+DESCRIPTIONS = descriptions()
 
 # What each method's statistics are fitted on, for the header (a method with none: absent).
 FITTED_ON = {"bow": "TF-IDF on each task's training file; embedding tasks: on the unlabelled "
@@ -46,11 +54,11 @@ def bow_embedding_scores(task, max_eval: int = 0) -> dict:
     """Raw metrics of an STS or retrieval task on TF-IDF vectors (IDF: module docstring)."""
     if task.kind == "sts":
         examples = embedding.read_sts(task.files["test"], max_eval)
-        encode = baselines.tfidf_encoder([ex["text_a"] for ex in examples] +
+        encode = bow.tfidf_encoder([ex["text_a"] for ex in examples] +
                                          [ex["text_b"] for ex in examples])
         return embedding.sts_scores(encode, examples)
     corpus, queries, qrels = embedding.read_retrieval(task.files, max_eval)
-    encode = baselines.tfidf_encoder(embedding.document_texts(corpus))
+    encode = bow.tfidf_encoder(embedding.document_texts(corpus))
     return embedding.retrieval_scores(encode, corpus, queries, qrels)
 
 

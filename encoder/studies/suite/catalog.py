@@ -3,12 +3,14 @@
 A tasks folder holds one folder per task (or is itself one task folder):
 
   * GLUE's own layout, recognised by the folder's name (glue.py): TSV files
-    read by encoder/data/tasks.py's GLUE reader, GLUE's labels and metrics;
+    read by encoder/tasks/files.py's GLUE reader, GLUE's labels and metrics;
   * this codebase's JSONL tasks: train.jsonl and dev.jsonl (train.json /
-    dev.json in SQuAD form for qa) and a task.json such as
+    dev.json in SQuAD form for qa: a type's own `formats`) and a task.json such as
     {"type": "regression", "metrics": ["pearson", "spearman"]} (keys:
-    type, metric or metrics, positive_label, max_seq_len; without task.json a
-    folder with train.jsonl is a classification task scored by accuracy);
+    type, metric or metrics, positive_label, max_seq_len; the metrics a type
+    reports and its defaults are its class's `metric_keys` and `default_metrics`;
+    without task.json a folder with train.jsonl is a task of the default type,
+    classification, scored by accuracy);
   * embedding tasks, scored with no fine-tuning (embedding.py):
     {"type": "sts"} with test.jsonl pairs {text_a, text_b, label} (or dev.jsonl),
     or {"type": "retrieval"} in BEIR's layout (corpus.jsonl, queries.jsonl,
@@ -26,20 +28,10 @@ import os
 import numpy as np
 
 from encoder.tasks import readers as tasks_lib
+from encoder.tasks import table
+from encoder.tasks.table import TASKS
 from encoder.studies.suite import glue
 
-# Metrics a JSONL task may name, per task type (eval.json's keys; binary_f1 is the
-# suite's own, from predictions.jsonl), and each type's defaults.
-VALID_KEYS = {
-    "classification": ("accuracy", "macro_f1", "mcc", "binary_f1"),
-    "regression": ("pearson", "spearman"),
-    "tagging": ("entity_f1", "entity_precision", "entity_recall"),
-    "qa": ("exact_match", "f1"),
-    "contrastive": ("recall_at_1",),
-}
-DEFAULT_KEYS = {"classification": ("accuracy",), "regression": ("pearson", "spearman"),
-                "tagging": ("entity_f1",), "qa": ("exact_match", "f1"),
-                "contrastive": ("recall_at_1",)}
 # Embedding tasks: the first metric is MTEB's main score (the task's score).
 EMBEDDING_KEYS = {"sts": ("cosine_spearman",),
                   "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_1", "recall_at_10",
@@ -109,17 +101,18 @@ def _jsonl_task(name: str, folder: str, meta: dict) -> SuiteTask:
         metrics = tuple(Metric(k, "test", k) for k in EMBEDDING_KEYS[kind])
         return SuiteTask(name, kind, kind, folder, files, metrics, (metrics[0].name,),
                          max_seq_len=int(meta.get("max_seq_len", 0)))
-    if kind not in VALID_KEYS:
+    if kind not in TASKS:
         raise tasks_lib.TaskDataError(
-            f"{where}: unknown type {kind!r}; valid: {sorted(VALID_KEYS) + sorted(EMBEDDING_KEYS)}")
-    keys = meta.get("metrics", [meta["metric"]] if "metric" in meta else DEFAULT_KEYS[kind])
-    bad = [k for k in keys if k not in VALID_KEYS[kind]]
+            f"{where}: unknown type {kind!r}; valid: {sorted(TASKS) + sorted(EMBEDDING_KEYS)}")
+    spec = TASKS[kind]
+    keys = meta.get("metrics", [meta["metric"]] if "metric" in meta else spec.default_metrics)
+    bad = [k for k in keys if k not in spec.metric_keys]
     if bad or not keys:
         raise tasks_lib.TaskDataError(f"{where}: metric(s) {bad or keys} are not reported for "
-                                      f"{kind}; choose from {VALID_KEYS[kind]}")
+                                      f"{kind}; choose from {spec.metric_keys}")
     if "binary_f1" in keys and "positive_label" not in meta:
         raise tasks_lib.TaskDataError(f"{where}: binary_f1 needs 'positive_label'")
-    ext = (".jsonl", ".json") if kind == "qa" else (".jsonl",)
+    ext = (".jsonl", *spec.formats)
     files = {}
     for split in ("train", "dev"):
         path = _first_existing(folder, [split + e for e in ext])
@@ -157,7 +150,7 @@ def task_of(folder: str) -> SuiteTask | None:
     if all(os.path.exists(os.path.join(folder, f)) for f in ("corpus.jsonl", "queries.jsonl")):
         return _jsonl_task(name, folder, {"type": "retrieval"})
     if os.path.exists(os.path.join(folder, "train.jsonl")):
-        return _jsonl_task(name, folder, {"type": "classification"})
+        return _jsonl_task(name, folder, {"type": table.DEFAULT})
     return None
 
 
@@ -210,7 +203,7 @@ def _check_glue(task: SuiteTask, examples: list[dict], path: str) -> None:
                 f"{sorted(k for k in ex if k != '_where')}")
         if "label" not in ex:
             continue
-        if task.type == "regression":
+        if TASKS[task.type].numeric_labels:
             try:
                 ex["label"] = float(ex["label"])
             except ValueError:
@@ -292,7 +285,7 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
     train, skipped = read_split(task, "train")
     record["skipped"]["train"] = skipped
     record["rows"]["train"] = len(train)
-    if train_per_class and task.type != "classification":
+    if train_per_class and not TASKS[task.type].single_label:
         train_per_class = 0  # per-class draws mean nothing without classes
     drawn = bool(max_train or train_per_class)
     train_files = {}

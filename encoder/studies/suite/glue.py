@@ -2,7 +2,7 @@
 
 A folder in GLUE's own layout (as GLUE's download script writes it) is
 recognised by its name, case and punctuation aside (`SST-2`, `sst2`, `STS-B`).
-Every file is read by encoder/data/tasks.py's GLUE TSV reader; the table says
+Every file is read by encoder/tasks/files.py's GLUE TSV reader; the table says
 which files are the splits and which metrics GLUE reports (Wang et al. 2019,
 Table 1): Matthews correlation for CoLA, F1 and accuracy for MRPC and QQP
 (F1 of the positive class "1"), Pearson and Spearman for STS-B, accuracy

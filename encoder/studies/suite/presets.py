@@ -26,11 +26,18 @@ task reports that median and the spread over its seeds (ELECTRA reports the
 median of 10 runs; RoBERTa the median of 5).
 """
 from encoder import registry
+from encoder.tasks.table import TASKS
 
 INF = 1 << 30
 
+# Epochs a published recipe gives a task type whatever its other tasks get (SQuAD: 2 in
+# BERT, ELECTRA, RoBERTa and ModernBERT's setups): each type's `recipe_epochs`.
+RECIPE_EPOCHS = {name: cls.recipe_epochs for name, cls in TASKS.items() if cls.recipe_epochs}
+
 # name -> fields. Learning rates are tuples (a grid); epochs 0 and dropout -1 mean
-# "by the model's width" (encoder/finetune/defaults.py).
+# "by the model's width" (encoder/finetune/defaults.py). task_epochs is keyed by task
+# name or task type; qa_max_seq_len is the length of a type whose `seq_len_field` names
+# it (qa's long contexts).
 PRESETS = {
     "default": dict(
         seeds=3,
@@ -53,7 +60,7 @@ PRESETS = {
     "electra": dict(
         seeds=10,
         learning_rates=((256, (3e-4,)), (768, (1e-4,)), (INF, (5e-5,))),
-        epochs=3, task_epochs={"RTE": 10, "STS-B": 10, "qa": 2}, batch_size=32,
+        epochs=3, task_epochs={"RTE": 10, "STS-B": 10, **RECIPE_EPOCHS}, batch_size=32,
         warmup_fraction=0.1, weight_decay=0.0, layer_decay=((768, 0.8), (INF, 0.9)),
         dropout=0.1, max_seq_len=128, qa_max_seq_len=512, pooling="cls_gelu",
         intermediate={}, average="electra", max_train=0, max_eval=0),
@@ -63,7 +70,7 @@ PRESETS = {
     # leaderboard submissions).
     "roberta": dict(
         seeds=5, learning_rates=((INF, (1e-5, 2e-5, 3e-5)),),
-        epochs=10, task_epochs={"qa": 2}, batch_size=32, warmup_fraction=0.06,
+        epochs=10, task_epochs=dict(RECIPE_EPOCHS), batch_size=32, warmup_fraction=0.06,
         weight_decay=0.1, layer_decay=1.0, dropout=0.1, max_seq_len=128, qa_max_seq_len=384,
         pooling="cls_tanh", intermediate={"RTE": "MNLI", "MRPC": "MNLI", "STS-B": "MNLI"},
         average="glue", max_train=0, max_eval=0),
@@ -74,7 +81,7 @@ PRESETS = {
     # checkpoint.
     "modernbert": dict(
         seeds=1, learning_rates=((INF, (1e-5, 3e-5, 5e-5, 8e-5)),),
-        epochs=10, task_epochs={"MNLI": 3, "QNLI": 3, "QQP": 3, "SST-2": 3, "qa": 2},
+        epochs=10, task_epochs={"MNLI": 3, "QNLI": 3, "QQP": 3, "SST-2": 3, **RECIPE_EPOCHS},
         batch_size=32, warmup_fraction=0.1, weight_decay=1e-5, layer_decay=1.0,
         dropout=0.1, max_seq_len=128, qa_max_seq_len=384, pooling="cls",
         intermediate={"RTE": "MNLI", "MRPC": "MNLI", "STS-B": "MNLI"}, average="glue",
@@ -83,7 +90,7 @@ PRESETS = {
     # setting; restarts for BERT-large), BERT's pooler (tanh on [CLS]).
     "bert": dict(
         seeds=1, learning_rates=((INF, (5e-5, 4e-5, 3e-5, 2e-5)),),
-        epochs=3, task_epochs={"qa": 2}, batch_size=32, warmup_fraction=0.1,
+        epochs=3, task_epochs=dict(RECIPE_EPOCHS), batch_size=32, warmup_fraction=0.1,
         weight_decay=0.01, layer_decay=1.0, dropout=0.1, max_seq_len=128, qa_max_seq_len=384,
         pooling="cls_tanh", intermediate={}, average="glue", max_train=0, max_eval=0),
 }
@@ -135,10 +142,12 @@ def epochs_for(preset: dict, task: str, task_type: str) -> int:
 
 
 def seq_len_for(preset: dict, task_type: str, task_value: int = 0) -> int:
-    """Tokens per input: the task's own (task.json) or the preset's for its type."""
+    """Tokens per input: the task's own (task.json) or the preset's for its type (the
+    field its `seq_len_field` names; max_seq_len for embedding tasks)."""
     if task_value:
         return int(task_value)
-    return int(preset["qa_max_seq_len"] if task_type == "qa" else preset["max_seq_len"])
+    field = TASKS[task_type].seq_len_field if task_type in TASKS else "max_seq_len"
+    return int(preset[field])
 
 
 # GLUE's intermediate-task convention (RoBERTa §5.1, ModernBERT): these start from the
