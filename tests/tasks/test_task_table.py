@@ -8,6 +8,7 @@ declarations are checked against what its methods do.
 """
 import ast
 import os
+import re
 import types
 
 import jax
@@ -122,6 +123,40 @@ class WordTokenizer:
     def encode(self, text):
         return [5 + self.words.index(w) if w in self.words else self.unk_id
                 for w in text.split()]
+
+    def encode_with_offsets(self, text):
+        spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+        return self.encode(text), spans
+
+
+# One example of each registered type (a new type adds its own here to be checked).
+EXAMPLES = {
+    "classification": {"text_a": "blue sky", "text_b": "the grass", "label": "yes"},
+    "regression": {"text": "green grass", "label": 2.5},
+    "tagging": {"tokens": ["the", "blue", "sky"], "tags": ["O", "B-C", "O"]},
+    "qa": {"question": "is the sky", "context": "the sky is blue", "answer_text": "blue",
+           "answer_start": 11},
+    "contrastive": {"text_a": "blue sky", "text_b": "green grass"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_label_fields_are_what_featurize_writes(name):
+    """The declared label arrays (what a compile report builds a batch from) are the
+    featurizer's, with their shapes and dtypes."""
+    cls = TASKS[name]
+    examples = [{**EXAMPLES[name], "_where": f"x:{i}"} for i in range(2)]
+    config = types.SimpleNamespace(data=types.SimpleNamespace(
+        max_seq_len=12, doc_stride=4, max_answer_tokens=4))
+    task = cls(config, WordTokenizer(), labels=["no", "yes"] if name == "classification"
+               else None)
+    task.fit_labels(examples)
+    arrays, _ = task.featurize(examples)
+    rows, tokens = arrays[next(iter(arrays))].shape
+    assert {"input_ids", "a_input_ids"} & set(arrays)
+    for key, shape, dtype in cls.label_fields:
+        want = tuple(tokens if s == "T" else s for s in shape)
+        assert arrays[key].shape == (rows, *want) and arrays[key].dtype == np.dtype(dtype)
 
 
 def first_word(train, splits):
