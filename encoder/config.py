@@ -79,6 +79,12 @@ def base_config() -> ml_collections.ConfigDict:
     config.objective = "mlm"           # encoder.objectives.OBJECTIVES
     config.pooling = "cls"             # encoder.model.heads.POOLING
     config.init_from = ""              # a workdir of this codebase, or hf:DIR
+    config.init_step = -1              # init_from a workdir: its checkpoint at this step (-1: newest)
+    config.init_state = "params"       # params: its parameters, a fresh optimizer at step 0 |
+                                       # full: its parameters, optimizer state (EMA included), step
+                                       # and data position: the run continues it (a decay from
+                                       # step N; a context extension) (encoder/train/phases.py)
+    config.phases = ()                 # () one phase; else a tuple of dicts (encoder/train/phases.py)
     config.model = model_config("tiny")
 
     config.masking = ml_collections.ConfigDict(dict(
@@ -120,8 +126,17 @@ def base_config() -> ml_collections.ConfigDict:
         grad_accum_steps=1,
         learning_rate=5e-4,
         warmup_steps=100,
-        schedule="linear",             # linear | cosine | constant
+        schedule="linear",             # encoder.train.schedules.SCHEDULES
         end_learning_rate_fraction=0.0,
+        decay_shape="linear",          # wsd: encoder.train.schedules.DECAY_SHAPES
+        decay_steps=0,                 # wsd: the decay's length; 0: decay_fraction of the steps
+        decay_fraction=0.2,
+        optimizer="adamw",             # encoder.train.optimizer.OPTIMIZERS
+        decoupled_weight_decay=False,  # True: p -= wd * lr_t / lr_peak * p (ModernBERT's 1e-5)
+        ema_decay=0.0,                 # > 0: keep an EMA of the parameters (evaluated as eval_ema/)
+        batch_warmup_tokens=0,         # > 0: the batch grows from batch_warmup_start rows to
+        batch_warmup_start=0,          # batch_size over this many tokens, in steps of
+        batch_warmup_increment=0,      # batch_warmup_increment rows (0: one micro-batch)
         b1=0.9,
         b2=0.98,
         eps=1e-6,

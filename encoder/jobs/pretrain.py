@@ -34,6 +34,7 @@ MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval
 def validate(config, num_devices: int | None = None) -> None:
     """Every check a pretraining config can get before data or a tokenizer is touched."""
     objectives.validate(config)
+    optimizer.validate(config.train)
     trainer_lib.check_train_config(config.train, num_devices)
     for name in ("num_steps", "log_every", "checkpoint_every"):
         if config.train[name] <= 0:
