@@ -10,7 +10,9 @@ workdir, before it writes anything there:
     (step counts, logging, checkpoint cadence, the mesh, ...). It is kept in
     WORKDIR/run.json. A restart whose identity differs from a workdir that has
     checkpoints is refused with a short diff and nothing written; a changed
-    mutable field is allowed and logged.
+    mutable field is allowed and logged;
+  * `record_finished` adds run.json's `finished` record when the job ends (a
+    study's notion of done).
 """
 import contextlib
 import json
@@ -197,3 +199,16 @@ def record_identity(workdir: str, config) -> None:
     with open(tmp, "w") as f:
         json.dump({"config": flatten(config.to_dict())}, f, indent=1, default=str)
     os.replace(tmp, os.path.join(workdir, RUN))
+
+
+def record_finished(workdir: str, **summary) -> None:
+    """run.json's `finished` record: the job ran to its end (what a study reads as done).
+    A restart rewrites run.json without it (record_identity), so it never outlives a rerun."""
+    path = os.path.join(workdir, RUN)
+    with open(path) as f:
+        record = json.load(f)
+    record["finished"] = {"time": time.time(), "host": socket.gethostname(), **summary}
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1, default=str)
+    os.replace(tmp, path)
