@@ -10,9 +10,9 @@ Without --tasks it builds the embedded default suite from the standard
 library's documentation (every task type). Writes OUT/suite.csv, suite.md,
 suite.png, suite.json and runs.csv; every fine-tuning run is a workdir under
 OUT/runs/<task>/<lr>/<seed>/, finished ones are skipped and interrupted ones
-resumed. The conventions are in encoder/eval/suite/presets.py. --baseline
+resumed. The conventions are in encoder/studies/suite/presets.py. --baseline
 scores a method with no model (TF-IDF bag of words, or the majority class) on
-the same data into the same files (encoder/eval/suite/baseline.py).
+the same data into the same files (encoder/studies/suite/baseline.py).
 """
 import signal
 
@@ -21,12 +21,12 @@ from absl import app, flags, logging
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
                     "folder, or hf:DIR (or give --baseline)")
 flags.DEFINE_string("baseline", "", "score a method with no model instead: bow (TF-IDF) | "
-                    "majority (encoder/eval/suite/baseline.py); not with --init_from")
+                    "majority (encoder/studies/suite/baseline.py); not with --init_from")
 flags.DEFINE_string("workdir", None, "the suite's output folder", required=True)
 flags.DEFINE_string("tasks", "", "a folder of task folders (GLUE's layout, JSONL with "
                     "task.json, STS, BEIR retrieval); empty: the embedded default suite")
 flags.DEFINE_string("preset", "default", "conventions: default | runlocal | electra | "
-                    "roberta | modernbert | bert (encoder/eval/suite/presets.py)")
+                    "roberta | modernbert | bert (encoder/studies/suite/presets.py)")
 flags.DEFINE_integer("seeds", 0, "seeds per learning rate (0: the preset's)")
 flags.DEFINE_list("learning_rates", [], "the learning-rate grid (empty: the preset's)")
 flags.DEFINE_integer("epochs", -1, "epochs for every task (-1: the preset's per task)")

@@ -12,32 +12,32 @@ position, ...) or a dotted config path (model.position, train.learning_rate).
 Sweeps combine as a cartesian product (or zipped with --zip). Every variant
 runs once per seed index with config.seed = seed index, so variants share the
 data order and initialisation seed. Each run lives in
-DIR/runs/<variant>__seed<k>/ with its resolved config beside it, runs as its
-own `encoder.main` process (at most --parallel at once), and is skipped when
-finished; an interrupted run resumes from its checkpoint. --equal_flops gives
+DIR/runs/<variant>__seed<k>/ with its whole resolved config beside it
+(job_config.py), runs as its own `encoder.main` job through the study runner
+(encoder/studies/runner.py: at most --parallel at once locally), and is skipped
+when its job recorded that it finished; an interrupted run resumes from its
+checkpoint, a run whose configuration changed is moved aside and rerun. --equal_flops gives
 every variant the first variant's compute budget (steps = budget / FLOPs per
 step), as the ELECTRA paper compares MLM and RTD.
 
 Outputs: DIR/runs.csv (one row per run), DIR/results.csv and DIR/results.md
 (one row per variant: mean ± std over seeds, and the gap to the best variant
 in units of its standard error), DIR/loss_curves.png, DIR/final_metric.png.
---suite runs the downstream suite (`python -m encoder.suite`, encoder/eval/suite/)
+--suite runs the downstream suite (`python -m encoder.suite`, encoder/studies/suite/)
 on every pretraining run, in <run>/suite/, and adds its average (and each task's
 median) as suite/* columns; the suite average is then the primary metric.
 """
-import csv
 import itertools
 import json
 import math
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
 
+from encoder.studies import jobconfig, launchers, report, runner
 from encoder.train import flops
 
 config_flags.DEFINE_config_file("config", None, "the base experiment file[:arg]",
@@ -58,15 +58,12 @@ flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suit
 flags.DEFINE_string("workdir", None, "the study's folder", required=True)
 FLAGS = flags.FLAGS
 
-DONE = "DONE"
-
 
 def parse_sweep(spec: str) -> tuple[str, list]:
-    from encoder.config import _coerce
     field, sep, values = spec.partition("=")
     if not sep or not values:
         raise ValueError(f"--sweep={spec!r}: expected field=v1,v2,...")
-    return field.strip(), [_coerce(v.strip()) for v in values.split(",") if v.strip()]
+    return field.strip(), [jobconfig.coerce(v.strip()) for v in values.split(",") if v.strip()]
 
 
 def expand(sweeps: list[tuple[str, list]], zipped: bool) -> list[dict]:
@@ -92,18 +89,10 @@ def apply_variant(config, variant: dict):
         if field in config_lib.OPTIONS:
             config_lib.OPTIONS[field](config, value)
             continue
-        node, *path = field.split(".")
-        target = config
-        for part in [node] + path[:-1]:
-            if part not in target:
-                raise ValueError(f"--sweep field {field!r}: no {part!r} in the config")
-            target = target[part]
-        leaf = path[-1] if path else node
-        if leaf not in target:
-            raise ValueError(f"--sweep field {field!r}: no {leaf!r} in the config")
-        current = target[leaf]
-        target[leaf] = type(current)(value) if current is not None and not isinstance(
-            current, bool) else value
+        try:
+            jobconfig.set_field(config, field, value)
+        except ValueError as e:
+            raise ValueError(f"--sweep {e}") from None
     return config
 
 
@@ -131,134 +120,59 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
     return runs
 
 
-def changed_fields(old: dict, new: dict, prefix: str = "") -> list[str]:
-    """Dotted paths whose values differ between two config dicts."""
+def run_dir(run: dict, root: str) -> str:
+    return os.path.join(root, "runs", run["dir"])
+
+
+def pretraining_runs(planned: list[dict], root: str) -> list:
+    """The study's pretraining runs for the runner: <root>/runs/<variant>__seed<k>/."""
+    return [runner.make_run(r["dir"], run_dir(r, root), r["config"]) for r in planned]
+
+
+def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
+                    sets: list) -> list:
+    """One fine-tuning run per pretraining run, in <run>/finetune/ (started from it)."""
+    base = jobconfig.load_experiment(experiment)
     out = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k, "<absent>"), new.get(k, "<absent>")
-        path = f"{prefix}{k}"
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += changed_fields(a, b, path + ".")
-        elif a != b:
-            out.append(f"{path}: {a!r} -> {b!r}")
+    for r in planned:
+        d = run_dir(r, root)
+        config = jobconfig.override(base, {
+            "init_from": d, "data.train_file": os.path.join(data, "train.jsonl"),
+            "data.dev_file": os.path.join(data, "dev.jsonl"), "seed": r["seed"],
+            **jobconfig.parse_sets(sets)})
+        out.append(runner.make_run(f"{r['dir']}/finetune", os.path.join(d, "finetune"), config))
     return out
-
-
-def stale_reason(run: dict, d: str) -> list[str]:
-    """Why a run folder cannot be reused for this run: the config fields that differ."""
-    path = os.path.join(d, "resolved_config.json")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        old = json.load(f)
-    return changed_fields(old, json.loads(run["config"].to_json()))
-
-
-def launch(run: dict, root: str) -> subprocess.Popen | None:
-    """Starts the run's process, or returns None when it has already finished.
-
-    A folder is reused (finished: skipped; interrupted: resumed) only when its
-    resolved configuration is this run's; otherwise it is moved aside
-    (<dir>.stale-<time>, nothing deleted) and the run starts afresh.
-    """
-    d = os.path.join(root, "runs", run["dir"])
-    changed = stale_reason(run, d)
-    if changed:
-        aside = f"{d}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-        os.replace(d, aside)
-        print(f"rerunning {run['dir']}: its configuration changed ({'; '.join(changed[:5])}); "
-              f"the old run is kept in {aside}", flush=True)
-    if os.path.exists(os.path.join(d, DONE)):
-        logging.info("skip %s (finished)", run["dir"])
-        return None
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "resolved_config.json")
-    with open(path, "w") as f:
-        f.write(run["config"].to_json(indent=2))
-    cmd = [sys.executable, "-m", "encoder.main",
-           f"--config={os.path.join(os.path.dirname(__file__), 'json_config.py')}:{path}",
-           f"--workdir={d}"]
-    with open(os.path.join(d, "run.log"), "a") as log:  # the child keeps its own handle
-        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-
-
-def finetune_run(run: dict, root: str) -> None:
-    """Fine-tunes the pretrained run on --finetune_data; writes finetune/eval.json."""
-    d = os.path.join(root, "runs", run["dir"])
-    out = os.path.join(d, "finetune")
-    args = [f"--config={FLAGS.finetune}", f"--config.init_from={d}",
-            f"--config.data.train_file={os.path.join(FLAGS.finetune_data, 'train.jsonl')}",
-            f"--config.data.dev_file={os.path.join(FLAGS.finetune_data, 'dev.jsonl')}",
-            f"--config.seed={run['seed']}"] + [f"--config.{kv}" for kv in FLAGS.finetune_set]
-    record = os.path.join(out, "ablate_args.json")
-    if os.path.exists(out):
-        old = None
-        if os.path.exists(record):
-            with open(record) as f:
-                old = json.load(f)
-        if old == args and os.path.exists(os.path.join(out, "eval.json")):
-            return  # finished with these very settings
-        if old != args:  # other settings: keep it aside, never report it under these
-            aside = f"{out}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
-            os.replace(out, aside)
-            print(f"re-fine-tuning {run['dir']}: its settings changed; old one in {aside}",
-                  flush=True)
-    os.makedirs(out, exist_ok=True)
-    with open(record, "w") as f:
-        json.dump(args, f)
-    cmd = [sys.executable, "-m", "encoder.main", *args, f"--workdir={out}"]
-    with open(os.path.join(d, "finetune.log"), "a") as log:
-        subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=True)
 
 
 def suite_command(run: dict, root: str, tasks: str, extra: list) -> list[str]:
     """The encoder.suite command for one pretraining run (its suite lives in <run>/suite)."""
-    d = os.path.join(root, "runs", run["dir"])
+    d = run_dir(run, root)
     cmd = [sys.executable, "-m", "encoder.suite", f"--init_from={d}",
            f"--workdir={os.path.join(d, 'suite')}"]
     return cmd + ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + list(extra)
 
 
-def suite_run(run: dict, root: str) -> None:
-    """Runs (or resumes: finished fine-tuning runs are skipped) the suite on one run."""
-    d = os.path.join(root, "runs", run["dir"])
-    with open(os.path.join(d, "suite.log"), "a") as log:
-        rc = subprocess.run(suite_command(run, root, FLAGS.suite, FLAGS.suite_arg), stdout=log,
-                            stderr=subprocess.STDOUT).returncode
-    if rc != 0:
-        raise RuntimeError(f"the suite on {run['dir']} failed (exit {rc}); see "
-                           f"{os.path.join(d, 'suite.log')}")
+def suite_run(run: dict, root: str, tasks: str, extra: list) -> str | None:
+    """Runs (or resumes: finished fine-tuning runs are skipped) the suite on one run;
+    returns what went wrong, or None."""
+    import subprocess
+    d = run_dir(run, root)
+    log = os.path.join(d, "suite.log")
+    with open(log, "a") as f:
+        rc = subprocess.run(suite_command(run, root, tasks, extra), stdout=f,
+                            stderr=subprocess.STDOUT, cwd=runner.REPO).returncode
+    return None if rc == 0 else f"the suite on {run['dir']} failed (exit {rc}); see {log}"
 
 
-def execute(runs: list[dict], root: str, parallel: int) -> None:
-    """Runs everything, at most `parallel` at once; a failure stops the others first."""
-    pending, active = list(runs), []
-    try:
-        _execute(pending, active, root, parallel)
-    finally:  # never leave orphans: a failure or Ctrl-C stops the siblings
-        from encoder.studies.suite import runs as suite_runs
-        suite_runs.stop_children([proc for _, proc in active], timeout=60)
+def make_launcher(parallel: int):
+    return launchers.make("local", parallel=parallel)
 
 
-def _execute(pending: list, active: list, root: str, parallel: int) -> None:
-    while pending or active:
-        while pending and len(active) < max(1, parallel):
-            run = pending.pop(0)
-            proc = launch(run, root)
-            if proc is not None:
-                active.append((run, proc))
-                print(f"started {run['dir']}", flush=True)
-        for run, proc in list(active):
-            rc = proc.poll()
-            if rc is None:
-                continue
-            active.remove((run, proc))
-            if rc != 0:
-                raise RuntimeError(f"run {run['dir']} failed (exit {rc}); see "
-                                   f"{os.path.join(root, 'runs', run['dir'], 'run.log')}")
-            open(os.path.join(root, "runs", run["dir"], DONE), "w").close()
-            print(f"finished {run['dir']}", flush=True)
-        time.sleep(0.2)
+def execute(runs: list, launcher) -> None:
+    """Runs what is not done; every failure is reported (none hides another), then raised."""
+    _, failures = runner.execute(runs, launcher)
+    if failures:
+        raise RuntimeError(runner.report_failures(failures))
 
 
 # ----------------------------------------------------------------------------- results
@@ -334,38 +248,19 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     table, keys = aggregate(rows)
     metric = primary_metric(rows)
     separation(table, metric)
-    with open(os.path.join(root, "runs.csv"), "w", newline="") as f:
-        cols = ["variant", "seed"] + keys
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    cols = ["variant", "seeds"] + [c for k in keys for c in (k, f"{k}_std")] + [
-        "gap_to_best", "gap_z"]
-    with open(os.path.join(root, "results.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(table)
+    report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed"] + keys, rows)
+    report.write_dict_csv(os.path.join(root, "results.csv"), ["variant", "seeds"] + [
+        c for k in keys for c in (k, f"{k}_std")] + ["gap_to_best", "gap_z"], table)
     extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
         "tokens_per_s", "flops", "parameters"]
     lines = [f"Primary metric: `{metric}`; `gap (z)` is the gap to the best variant in "
-             "standard errors of the difference (z < 2: within the seed spread).", "",
-             "| variant | seeds | " + " | ".join(show) + " | gap (z) |",
-             "|---" * (len(show) + 3) + "|"]
-    for e in table:
-        cells = []
-        for k in show:
-            if k not in e:
-                cells.append("")
-            elif k in ("flops", "parameters"):
-                cells.append(f"{e[k]:.3g}")
-            elif k == "tokens_per_s":
-                cells.append(f"{e[k]:,.0f}")
-            else:
-                cells.append(f"{e[k]:.4f} ± {e[k + '_std']:.4f}")
-        lines.append(f"| {e['variant']} | {e['seeds']} | " + " | ".join(cells) +
-                     f" | {e['gap_to_best']:+.4f} ({e['gap_z']:.1f}) |")
+             "standard errors of the difference (z < 2: within the seed spread).", ""]
+    lines += report.markdown_table(
+        ["variant", "seeds", *show, "gap (z)"],
+        [[e["variant"], e["seeds"], *[cell(e, k) for k in show],
+          f"{e['gap_to_best']:+.4f} ({e['gap_z']:.1f})"] for e in table])
     text = "\n".join(lines) + "\n"
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write(text)
@@ -374,36 +269,25 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     return table
 
 
+def cell(entry: dict, key: str) -> str:
+    if key not in entry:
+        return ""
+    if key in ("flops", "parameters"):
+        return f"{entry[key]:.3g}"
+    if key == "tokens_per_s":
+        return f"{entry[key]:,.0f}"
+    return report.mean_std(entry[key], entry[key + "_std"])
+
+
 def plot(rows, table, metric, root) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, variant in enumerate(dict.fromkeys(r["variant"] for r in rows)):
-        color = f"C{i % 10}"
-        for j, r in enumerate(x for x in rows if x["variant"] == variant):
-            if r["curve"]:
-                s, loss = zip(*r["curve"])
-                ax.plot(s, loss, color=color, alpha=0.8, label=variant if j == 0 else None)
-    ax.set_xlabel("step")
-    ax.set_ylabel("train loss")
-    ax.set_title("Training loss per variant (one line per seed)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(root, "loss_curves.png"), dpi=120)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    names = [e["variant"] for e in table]
-    ax.bar(range(len(names)), [e[metric] for e in table],
-           yerr=[e[f"{metric}_std"] for e in table], capsize=4,
-           color=[f"C{i % 10}" for i in range(len(names))])
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylabel(metric)
-    ax.set_title(f"{metric} per variant (mean ± std over seeds)")
-    fig.tight_layout()
-    fig.savefig(os.path.join(root, "final_metric.png"), dpi=120)
-    plt.close(fig)
+    variants = dict.fromkeys(r["variant"] for r in rows)
+    report.curves(os.path.join(root, "loss_curves.png"),
+                  {v: [r["curve"] for r in rows if r["variant"] == v] for v in variants},
+                  "step", "train loss", "Training loss per variant (one line per seed)")
+    report.bar_chart(os.path.join(root, "final_metric.png"), [e["variant"] for e in table],
+                     [e[metric] for e in table], [e[f"{metric}_std"] for e in table],
+                     [f"C{i % 10}" for i in range(len(table))], metric,
+                     f"{metric} per variant (mean ± std over seeds)", (7, 4.5))
 
 
 def main(argv):
@@ -413,19 +297,25 @@ def main(argv):
     if FLAGS.seeds < 1 or FLAGS.parallel < 1:
         raise app.UsageError(f"--seeds and --parallel must be at least 1, got {FLAGS.seeds} "
                              f"and {FLAGS.parallel}")
+    if FLAGS.finetune and not FLAGS.finetune_data:
+        raise app.UsageError("--finetune needs --finetune_data")
     sweeps = [parse_sweep(s) for s in FLAGS.sweep]
-    runs = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
-    print(f"{len(runs)} runs: " + ", ".join(r["dir"] for r in runs), flush=True)
-    execute(runs, root, FLAGS.parallel)
-    if FLAGS.finetune:
-        if not FLAGS.finetune_data:
-            raise app.UsageError("--finetune needs --finetune_data")
-        for run in runs:
-            finetune_run(run, root)
+    planned = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
+    print(f"{len(planned)} runs: " + ", ".join(r["dir"] for r in planned), flush=True)
+    launcher = make_launcher(FLAGS.parallel)
+    try:
+        execute(pretraining_runs(planned, root), launcher)
+        if FLAGS.finetune:
+            execute(finetuning_runs(planned, root, FLAGS.finetune, FLAGS.finetune_data,
+                                    FLAGS.finetune_set), launcher)
+    except RuntimeError as e:
+        raise SystemExit(f"error: {e}") from None
     if FLAGS.suite:
-        for run in runs:
-            suite_run(run, root)
-    write_results([read_run(r, root) for r in runs], root)
+        failed = [f for f in (suite_run(r, root, FLAGS.suite, FLAGS.suite_arg)
+                              for r in planned) if f]
+        if failed:
+            raise SystemExit("error: " + "\n".join(failed))
+    write_results([read_run(r, root) for r in planned], root)
 
 
 if __name__ == "__main__":

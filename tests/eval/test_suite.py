@@ -14,7 +14,8 @@ import pytest
 from encoder.data import stdlib_tasks
 from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
-from encoder.studies.suite import battery, catalog, embedding, presets, report, runs as runs_lib
+from encoder.studies import records, runner
+from encoder.studies.suite import battery, catalog, embedding, plan as plan_lib, presets, report
 from helpers import ROOT, topic_task
 
 # --------------------------------------------------------------------------- GLUE files
@@ -351,30 +352,33 @@ def test_a_failed_run_is_reported_with_its_log(tiny_pretrained, tmp_path):
                                 tasks=str(tasks), preset="runlocal", env=_env())
     result = battery.run_suite(opts)
     assert result["failed"] == 1 and result["missing"] == ["topic"]
-    log = str(tmp_path / "out" / "runs" / "topic" / "0.001" / "0" / runs_lib.LOG)
+    log = str(tmp_path / "out" / "runs" / "topic" / "0.001" / "0" / records.LOG)
     assert log in result["failures"][0] and "exit 1" in result["failures"][0]
     assert "fewer than one batch" in open(log).read()
     assert log in (tmp_path / "out" / "suite.md").read_text()
 
 
 def test_a_changed_run_is_moved_aside_not_reused(tmp_path):
-    run = runs_lib.Run("t", 1e-3, 0, str(tmp_path / "r"), ["--a=1"])
-    runs_lib.claim(run, log=lambda *_: None)
-    (tmp_path / "r" / "eval.json").write_text("{}")
-    assert runs_lib.finished(run)
-    changed = runs_lib.Run("t", 1e-3, 0, str(tmp_path / "r"), ["--a=2"])
-    assert not runs_lib.finished(changed)
-    runs_lib.claim(changed, log=lambda *_: None)
+    run = runner.make_run("t", str(tmp_path / "r"), {"a": 1})
+    assert runner.prepare(run, log=lambda *_: None)
+    records.write_exit(run.workdir, 0)
+    (tmp_path / "r" / "run.json").write_text('{"config": {}, "finished": {"step": 1}}')
+    assert plan_lib.done(run)
+    assert not runner.prepare(run, log=lambda *_: None)  # done: nothing to start
+    changed = runner.make_run("t", str(tmp_path / "r"), {"a": 2})
+    assert not plan_lib.done(changed) and changed.status().state == "stale"
+    runner.prepare(changed, log=lambda *_: None)
     assert [p.name.startswith("r.stale-") for p in tmp_path.iterdir()].count(True) == 1
-    assert not (tmp_path / "r" / "eval.json").exists()
+    assert not (tmp_path / "r" / "run.json").exists()
 
 
 def test_intermediate_runs_start_from_the_chosen_mnli_run(tmp_path):
-    run = runs_lib.Run("RTE", 1e-5, 1, "x", ["--config=f", "--config.init_from=src",
-                                             "--config.finetune.random_init=True", "--s=1"],
-                       after="MNLI")
-    moved = runs_lib.with_init_from(run, "/mnli/run")
-    assert moved.args == ["--config=f", "--config.init_from=/mnli/run", "--s=1"]
+    run = runner.make_run("RTE/1e-05/1", "x", {"init_from": "src", "finetune": {
+        "random_init": True}, "seed": 1}, task="RTE", lr=1e-5, seed=1, after="MNLI")
+    moved = plan_lib.with_init_from(run, "/mnli/run")
+    assert moved.config == {"init_from": "/mnli/run", "finetune": {"random_init": False},
+                            "seed": 1}
+    assert run.config["init_from"] == "src"  # the planned run is untouched
     opts = battery.SuiteOptions(init_from="x", workdir="y", intermediate="on")
     assert battery.intermediate_plan(opts, presets.resolve("default", 128),
                                      ["MNLI", "RTE", "CoLA"]) == {"RTE": "MNLI"}

@@ -12,7 +12,6 @@ have a score; the table says which are missing.
 Writes OUT/suite.json (everything, read by encoder.ablate --suite), suite.csv
 (one row per task), runs.csv (one row per run), suite.md and suite.png.
 """
-import csv
 import json
 import math
 import os
@@ -20,6 +19,7 @@ import os
 import numpy as np
 
 from encoder.eval import metrics as metrics_lib
+from encoder.studies import report as tables
 from encoder.studies.suite import presets
 
 PERCENT_KEYS = ("exact_match", "f1")  # SQuAD's scores are percentages already
@@ -125,29 +125,21 @@ def averages(summaries: list, rule: str) -> dict:
 
 def write_runs_csv(path: str, rows: list) -> None:
     keys = sorted({k for r in rows for k in r["metrics"]})
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "lr", "seed", "score", *keys, "dir"])
-        for r in rows:
-            w.writerow([r["task"], "" if r["lr"] is None else f"{r['lr']:g}", r["seed"],
-                        f"{r['score']:.4f}", *[r["metrics"].get(k, "") for k in keys],
-                        r.get("dir", "")])
+    tables.write_csv(path, ["task", "lr", "seed", "score", *keys, "dir"], [
+        [r["task"], "" if r["lr"] is None else f"{r['lr']:g}", r["seed"], f"{r['score']:.4f}",
+         *[r["metrics"].get(k, "") for k in keys], r.get("dir", "")] for r in rows])
 
 
 def write_suite_csv(path: str, summaries: list, avg: dict) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["task", "kind", "type", "score_metrics", "median", "sd", "min", "max",
-                    "seeds", "lr", "metrics"])
-        for s in summaries:
-            w.writerow([s["task"], s["kind"], s["type"], "+".join(s["score_metrics"]),
-                        f"{s['median']:.4f}", f"{s['sd']:.4f}", f"{s['min']:.4f}",
-                        f"{s['max']:.4f}", s["seeds"], "" if s["lr"] is None else f"{s['lr']:g}",
-                        json.dumps({k: round(v, 4) for k, v in s["metrics"].items()})])
-        for name in ("average", "glue", "finetune", "embedding"):
-            if name in avg:
-                w.writerow([name, "average", "", "", f"{avg[name]:.4f}", "", "", "", "", "",
-                            json.dumps(avg[f"{name}_tasks"])])
+    rows = [[s["task"], s["kind"], s["type"], "+".join(s["score_metrics"]),
+             f"{s['median']:.4f}", f"{s['sd']:.4f}", f"{s['min']:.4f}", f"{s['max']:.4f}",
+             s["seeds"], "" if s["lr"] is None else f"{s['lr']:g}",
+             json.dumps({k: round(v, 4) for k, v in s["metrics"].items()})] for s in summaries]
+    rows += [[name, "average", "", "", f"{avg[name]:.4f}", "", "", "", "", "",
+              json.dumps(avg[f"{name}_tasks"])]
+             for name in ("average", "glue", "finetune", "embedding") if name in avg]
+    tables.write_csv(path, ["task", "kind", "type", "score_metrics", "median", "sd", "min",
+                            "max", "seeds", "lr", "metrics"], rows)
 
 
 AVERAGE_LABELS = {"average": "**average**", "glue": "GLUE score",
@@ -160,15 +152,14 @@ def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: 
     lines += [f"- {k}: {v}" for k, v in header.items()]
     lines += ["", "Scores in percent. Fine-tuned tasks: dev set, median over seeds at the "
               "learning rate whose median is best; spread = sample sd and min-max over those "
-              "seeds. Embedding tasks: no fine-tuning (MTEB's main score).", "",
-              "| task | type | score = mean of | median | sd | min-max | seeds | lr | "
-              "per metric (median) |", "|---|---|---|---|---|---|---|---|---|"]
-    for s in summaries:
-        per = ", ".join(f"{k} {v:.1f}" for k, v in s["metrics"].items())
-        lr = "-" if s["lr"] is None else f"{s['lr']:g}"
-        lines.append(f"| {s['task']} | {s['type']} | {' + '.join(s['score_metrics'])} | "
-                     f"{s['median']:.2f} | {s['sd']:.2f} | {s['min']:.1f}-{s['max']:.1f} | "
-                     f"{s['seeds']} | {lr} | {per} |")
+              "seeds. Embedding tasks: no fine-tuning (MTEB's main score).", ""]
+    lines += tables.markdown_table(
+        ["task", "type", "score = mean of", "median", "sd", "min-max", "seeds", "lr",
+         "per metric (median)"],
+        [[s["task"], s["type"], " + ".join(s["score_metrics"]), f"{s['median']:.2f}",
+          f"{s['sd']:.2f}", f"{s['min']:.1f}-{s['max']:.1f}", s["seeds"],
+          "-" if s["lr"] is None else f"{s['lr']:g}",
+          ", ".join(f"{k} {v:.1f}" for k, v in s["metrics"].items())] for s in summaries])
     for name in ("average", "glue", "finetune", "embedding"):
         if name in avg:
             lines.append(f"| {AVERAGE_LABELS[name]} ({len(avg[name + '_tasks'])} tasks) | | | "
@@ -201,26 +192,15 @@ def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: 
 
 def bar_chart(path: str, summaries: list, avg: dict, title: str) -> None:
     """One bar per task (median, min-max whiskers), the average last."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    names = [s["task"] for s in summaries] + (["average"] if "average" in avg else [])
-    values = [s["median"] for s in summaries] + ([avg["average"]] if "average" in avg else [])
-    low = [s["median"] - s["min"] for s in summaries] + [0.0] * ("average" in avg)
-    high = [s["max"] - s["median"] for s in summaries] + [0.0] * ("average" in avg)
-    colors = [("C0" if s["kind"] == "finetune" else "C2") for s in summaries] + ["C3"] * (
-        "average" in avg)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(names), 4.5))
-    ax.bar(range(len(names)), values, yerr=[low, high], capsize=3, color=colors)
-    for i, v in enumerate(values):
-        ax.text(i, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(range(len(names)))
-    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
-    ax.set_ylabel("score (%)")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    has_avg = "average" in avg
+    names = [s["task"] for s in summaries] + (["average"] if has_avg else [])
+    values = [s["median"] for s in summaries] + ([avg["average"]] if has_avg else [])
+    low = [s["median"] - s["min"] for s in summaries] + [0.0] * has_avg
+    high = [s["max"] - s["median"] for s in summaries] + [0.0] * has_avg
+    colors = [("C0" if s["kind"] == "finetune" else "C2") for s in summaries] + ["C3"] * has_avg
+    tables.bar_chart(path, names, values, [low, high], colors, "score (%)", title,
+                     (1.2 + 0.75 * len(names), 4.5), rotation=35, label_values=True,
+                     title_size=9)
 
 
 def write_all(root: str, tasks: list, rows: list, rule: str, header: dict, failures: list,

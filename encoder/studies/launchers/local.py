@@ -1,0 +1,68 @@
+"""The local launcher: each run is a subprocess of this machine, `parallel` at a time.
+
+Every child writes to its run.log; its exit status goes to the run's exit.json
+(records.py) as it ends, so the status reads the same as under any other
+launcher. Ctrl-C or SIGTERM of the study stops the children with SIGTERM,
+which checkpoints them (exit 75), so the next start resumes them; a child
+still alive after `timeout` seconds is killed. Never orphans.
+"""
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+
+from encoder.studies import records, runner
+
+
+@dataclasses.dataclass
+class Local:
+    parallel: int = 1
+    env: dict | None = None        # the children's environment (default: this process's)
+    stop_timeout: float = 120.0
+
+    def command(self, run) -> list[str]:
+        return runner.job_command(run, sys.executable)
+
+    def start(self, run) -> subprocess.Popen:
+        cmd = self.command(run)
+        env = dict(os.environ if self.env is None else self.env)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [runner.REPO,
+                                                          env.get("PYTHONPATH", "")]))
+        with open(run.log, "a") as f:  # the child keeps its own handle
+            f.write(f"$ {' '.join(cmd)}\n")
+            f.flush()
+            return subprocess.Popen(cmd, cwd=runner.REPO, env=env, stdout=f,
+                                    stderr=subprocess.STDOUT)
+
+    def run(self, runs: list, on_exit, log=print) -> None:
+        pending, active = list(runs), []
+        try:
+            while pending or active:
+                while pending and len(active) < max(1, self.parallel):
+                    run = pending.pop(0)
+                    active.append((run, self.start(run)))
+                    log(f"started {run.name}")
+                for run, proc in list(active):
+                    rc = proc.poll()
+                    if rc is None:
+                        continue
+                    active.remove((run, proc))
+                    records.write_exit(run.workdir, rc, launcher="local")
+                    on_exit(run)
+                time.sleep(0.2)
+        finally:
+            stop_children([proc for _, proc in active], self.stop_timeout)
+
+
+def stop_children(procs, timeout: float) -> None:
+    """SIGTERM every child still running (they checkpoint and exit), then wait; a child
+    still alive after `timeout` seconds is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,132 @@
+"""A run's status, read from its own workdir (any machine that sees the folder can read it).
+
+    WORKDIR/job_config.py  the run's whole config, written by the study (jobconfig.py)
+    WORKDIR/run.json       written by the job: its identity, and `finished` once it ends
+                           (encoder/train/workdir.py record_finished)
+    WORKDIR/LOCK           held while the job runs (host, pid)
+    WORKDIR/exit.json      the job's exit status, written by whatever launched it (the
+                           local launcher, or the SLURM batch script after srun)
+    WORKDIR/run.log        the job's output
+    WORKDIR/checkpoints/   what a restart resumes from
+
+States: new (never started), stale (its config is not this study's: moved aside
+before the run starts), running, stopped (by a signal or a scheduler: resumable),
+failed (its exit status and log), done.
+"""
+import dataclasses
+import json
+import os
+import socket
+import time
+
+from encoder.studies import jobconfig
+
+RUN = "run.json"
+LOCK = "LOCK"
+EXIT = "exit.json"
+LOG = "run.log"
+STOPPED = 75  # encoder/main.py: stopped by a signal, checkpointed, resumable
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    state: str          # new | stale | running | stopped | failed | done
+    detail: str = ""
+
+
+def _json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def finished(workdir: str) -> bool:
+    """The job's own completion record (run.json's `finished`)."""
+    record = _json(os.path.join(workdir, RUN))
+    return bool(record and record.get("finished"))
+
+
+def write_exit(workdir: str, rc: int, **extra) -> None:
+    record = {"rc": int(rc), "host": socket.gethostname(), "time": time.time(), **extra}
+    tmp = os.path.join(workdir, EXIT + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, os.path.join(workdir, EXIT))
+
+
+def read_exit(workdir: str) -> dict | None:
+    return _json(os.path.join(workdir, EXIT))
+
+
+def clear_exit(workdir: str) -> None:
+    try:
+        os.remove(os.path.join(workdir, EXIT))
+    except FileNotFoundError:
+        pass
+
+
+def lock_holder(workdir: str) -> dict | None:
+    """The LOCK's owner where it is alive (or on another host, where it cannot be checked)."""
+    owner = _json(os.path.join(workdir, LOCK))
+    if not owner:
+        return None
+    if owner.get("host") != socket.gethostname():
+        return owner
+    try:
+        os.kill(int(owner.get("pid", -1)), 0)
+    except ProcessLookupError:
+        return None
+    except (PermissionError, ValueError):
+        pass
+    return owner
+
+
+def has_checkpoint(workdir: str) -> bool:
+    folder = os.path.join(workdir, "checkpoints")
+    return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))
+
+
+def stale_reason(workdir: str, config: dict) -> list[str]:
+    """Why the folder is not this run's: the fields that differ ([] when it is, or is empty)."""
+    if not os.path.isdir(workdir) or not os.listdir(workdir):
+        return []
+    old = jobconfig.read(workdir)
+    if old is None:
+        return [f"no {jobconfig.JOB_CONFIG}: not a run of this study"]
+    return jobconfig.changed_fields(old, config)
+
+
+def status(workdir: str, config: dict) -> Status:
+    """The run's state from its records; `config` is what the study plans for it now."""
+    changed = stale_reason(workdir, config)
+    if changed:
+        return Status("stale", "; ".join(changed[:5]))
+    if not os.path.isdir(workdir):
+        return Status("new")
+    if finished(workdir):
+        return Status("done")
+    exit_record = read_exit(workdir)
+    if exit_record is None:
+        holder = lock_holder(workdir)
+        if holder is not None:
+            return Status("running", f"pid {holder.get('pid')} on {holder.get('host')}")
+        if has_checkpoint(workdir):
+            return Status("stopped", "interrupted (a checkpoint is there: the next start "
+                                     "resumes it)")
+        return Status("new")
+    rc = exit_record["rc"]
+    if rc == STOPPED:
+        return Status("stopped", "stopped by a signal (checkpointed: the next start resumes it)")
+    if rc == 0:
+        return Status("failed", "exited 0 without its completion record")
+    return Status("failed", f"exit {rc}")
+
+
+def log_tail(path: str, lines: int = 6) -> str:
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-lines:]).rstrip()
+    except OSError:
+        return ""

@@ -1,0 +1,124 @@
+"""The one study runner: `encoder.ablate` and `encoder.suite` plan runs, this starts them.
+
+A run is data: a workdir and the job's whole resolved configuration (see
+jobconfig.py). `execute(runs, launcher)`:
+
+  1. reads each run's status from its workdir (records.py): done runs are
+     skipped; a folder holding another configuration is moved aside to
+     <dir>.stale-<time> (nothing is deleted) and the run starts afresh;
+     stopped or interrupted runs start again and their job resumes from the
+     newest checkpoint;
+  2. writes each run's job_config.py and hands the runs to a launcher
+     (launchers/: local subprocesses, a SLURM job array, TPU VM hosts), which
+     starts `python -m encoder.main --config=WORKDIR/job_config.py` for each;
+  3. reports every run as it ends, from its records again: a failure names its
+     exit status and log and never hides the others; the caller gets every
+     failure back.
+
+The records are the truth, not the launcher's memory: a study whose launcher
+was killed is resumed (or reported) by starting it again from any machine that
+sees the workdirs, and only what is not done is started.
+"""
+import dataclasses
+import os
+import sys
+import time
+
+from encoder.studies import jobconfig, records
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass
+class Run:
+    name: str                 # how reports and logs name it, e.g. topic/0.001/0
+    workdir: str
+    config: dict              # the job's whole configuration, plain data
+    tags: dict = dataclasses.field(default_factory=dict)  # the study's own bookkeeping
+
+    @property
+    def log(self) -> str:
+        return os.path.join(self.workdir, records.LOG)
+
+    @property
+    def config_file(self) -> str:
+        return os.path.join(self.workdir, jobconfig.JOB_CONFIG)
+
+    def status(self) -> records.Status:
+        return records.status(self.workdir, self.config)
+
+
+@dataclasses.dataclass
+class Failure:
+    run: Run
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.run.name}: {self.reason}; log: {self.run.log}"
+
+
+def make_run(name: str, workdir: str, config, **tags) -> Run:
+    """A run from a ConfigDict (or plain dict): its config is kept as data."""
+    return Run(name, os.path.abspath(workdir), jobconfig.as_data(config), dict(tags))
+
+
+def job_args(run: Run) -> list[str]:
+    """The `encoder.main` flags of a run (every launcher starts the same command)."""
+    return [f"--config={run.config_file}", f"--workdir={run.workdir}"]
+
+
+def job_command(run: Run, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "encoder.main", *job_args(run)]
+
+
+def move_aside(run: Run, reason: str, log=print) -> str:
+    aside = f"{run.workdir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
+    os.replace(run.workdir, aside)
+    log(f"rerunning {run.name}: its configuration changed ({reason}); the old run is kept "
+        f"in {aside}")
+    return aside
+
+
+def prepare(run: Run, log=print) -> bool:
+    """Makes the workdir this run's; False when the run is already done (nothing to start)."""
+    st = run.status()
+    if st.state == "done":
+        log(f"skip {run.name} (finished)")
+        return False
+    if st.state == "stale":
+        move_aside(run, st.detail, log)
+    jobconfig.write(run.workdir, run.config)
+    records.clear_exit(run.workdir)
+    return True
+
+
+def outcome(run: Run) -> Failure | None:
+    """None when the run is done; otherwise why not, from its records."""
+    st = run.status()
+    if st.state == "done":
+        return None
+    if st.state in ("new", "running"):
+        return Failure(run, "ended without an exit record (killed, or its job never started)")
+    return Failure(run, st.detail or st.state)
+
+
+def execute(runs: list, launcher, log=print) -> tuple[list, list]:
+    """Starts what is not done through `launcher`: (started runs, failures)."""
+    todo = [run for run in runs if prepare(run, log)]
+    failures = []
+
+    def on_exit(run: Run) -> None:
+        failure = outcome(run)
+        if failure is None:
+            log(f"finished {run.name}")
+        else:
+            failures.append(failure)
+            log(f"FAILED {failure}\n{records.log_tail(run.log)}")
+
+    if todo:
+        launcher.run(todo, on_exit, log)
+    return todo, failures
+
+
+def report_failures(failures: list, what: str = "run(s)") -> str:
+    return f"{len(failures)} {what} failed:\n" + "\n".join(f"  {f}" for f in failures)

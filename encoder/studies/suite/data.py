@@ -1,0 +1,61 @@
+"""The suite's inputs: which tasks, the embedded default battery, each task's prepared data."""
+import json
+import os
+import sys
+
+from encoder.studies.suite import catalog
+from encoder.studies.suite.options import SuiteOptions
+
+EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
+
+
+def embedded_tasks(root: str) -> str:
+    """OUT/tasks, built from the standard library once per Python version (deterministic)."""
+    from encoder.data import stdlib_tasks
+    folder = os.path.join(root, EMBEDDED)
+    stamp = os.path.join(folder, "built.json")
+    version = {"python": sys.version, "tasks": sorted(stdlib_tasks.TASK_META)}
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == version:
+                return folder
+    counts = stdlib_tasks.build_all(folder)
+    print(f"embedded tasks built in {folder}: {json.dumps(counts)}", flush=True)
+    with open(stamp, "w") as f:
+        json.dump(version, f)
+    return folder
+
+
+def find_tasks(opts: SuiteOptions, root: str) -> tuple[str, list]:
+    """(the tasks folder, its tasks after --only); skipped folders are printed."""
+    tasks_dir = os.path.abspath(opts.tasks) if opts.tasks else embedded_tasks(root)
+    tasks, notes = catalog.discover(tasks_dir, list(opts.only))
+    for n in notes:
+        print(n, flush=True)
+    return tasks_dir, tasks
+
+
+def prepare_tasks(tasks: list, root: str, preset: dict, opts: SuiteOptions) -> dict:
+    """task name -> catalog.Prepared, for every fine-tuned task (OUT/data/<task>/)."""
+    return {t.name: catalog.prepare(t, os.path.join(root, "data"), list(range(preset["seeds"])),
+                                    preset["max_train"], preset["max_eval"],
+                                    opts.train_per_class)
+            for t in tasks if t.kind == "finetune"}
+
+
+def data_notes(prepared: dict) -> list:
+    notes = []
+    for name, p in prepared.items():
+        rows, skipped = p.record["rows"], p.record["skipped"]
+        used = ", ".join(f"{k} {v}" for k, v in rows.items())
+        bad = {k: len(v) for k, v in skipped.items() if v}
+        notes.append(f"{name}: rows read {used}" + (
+            f"; rows with missing columns skipped {bad} (first: "
+            f"{next(v[0] for v in skipped.values() if v)})" if bad else ""))
+    return notes
+
+
+def subset_header(opts: SuiteOptions, preset: dict) -> dict:
+    return {"train subset": (f"{opts.train_per_class} per class and seed"
+                             if opts.train_per_class else preset["max_train"] or "all"),
+            "dev subset": preset["max_eval"] or "all"}
