@@ -28,6 +28,15 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Everything under tests/e2e/ is in the e2e lane, marked or not."""
+    for item in items:
+        if str(item.path).startswith(E2E + os.sep):
+            item.add_marker(pytest.mark.e2e)
+
 
 @pytest.fixture
 def tiny_cfg():
