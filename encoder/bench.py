@@ -36,8 +36,9 @@ Input pipeline:
 
 Ahead-of-time sizing (no parameter is allocated, nothing runs):
     python -m encoder.bench --mode=compile --config=experiments/bert_base.py[:arg]
-        [--seq_len=512] [--batch_size=64] [--devices=8] [--dtype=bfloat16]
-        [--scan_layers=auto|true|false] [--remat=...] [--config.mesh.fsdp=8 ...]
+        [--topology=v5e:2x2 [--num_slices=N] | --devices=8] [--seq_len=512] [--batch_size=64]
+        [--dtype=bfloat16] [--scan_layers=auto|true|false] [--remat=...] [--attention_impl=..]
+        [--config.mesh.data=.. --config.mesh.fsdp=..] [--job=finetune --task=classification]
 
   Lowers and compiles the pretraining train step for the target shapes on CPU
   (--devices simulates N CPU devices for the config's mesh) and prints, per
@@ -80,6 +81,14 @@ def define_flags():
                          lower_bound=0)
     flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
                       "override model.scan_layers")
+    flags.DEFINE_string("topology", "", "compile: a TPU topology to compile for on this machine "
+                        "with libtpu (v5e:2x2, v5p:4x4x4, v6e:8x8, v4:2x2x1); empty: --devices")
+    flags.DEFINE_integer("num_slices", 1, "compile: slices of --topology joined over DCN",
+                         lower_bound=1)
+    flags.DEFINE_enum("job", "pretrain", ["pretrain", "finetune"],
+                      "compile: the pretraining step or a fine-tuning step (with --task)")
+    flags.DEFINE_string("task", "classification", "compile --job=finetune: the task type "
+                        "(classification | regression | tagging | qa)")
     flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
                       "2-layer probes to count the whole step's XLA FLOPs")
     flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")

@@ -9,11 +9,16 @@ one:
   name        kernel                                 pattern it takes
   xla         jax.nn.dot_product_attention on XLA    dense [B, 1, T, T] mask, folded into the bias
   reference   einsums, float32 softmax               dense mask; attention dropout; tests' reference
-  cudnn       cuDNN via jax.nn.dot_product_attention key lengths for right padding; a dense mask
-                                                     for documents or the (bidirectional) window
+  cudnn       cuDNN via jax.nn.dot_product_attention key lengths for right padding; documents
+                                                     as cuDNN segment offsets (GPU); a dense
+                                                     mask for the (bidirectional) window
   splash      Pallas TPU splash attention            segment ids + a block-sparse local mask
   pallas_gpu  Pallas Triton flash attention (mha)    segment ids (no window, no bias)
   auto        TPU: splash; GPU: cudnn (bf16/fp16, K <= 128); else xla; each where it can serve
+
+The platform (native kernel or interpret mode, and `auto`'s choice) is the one the step
+is compiled for: the mesh's devices (encoder/model/sharding.py), not the host's. The Pallas
+kernels (and cuDNN's packed call) run inside shard_map over the mesh's batch axes.
 
 A layer a backend cannot serve (an additive position bias, attention dropout,
 a sequence length off the kernel's blocks, a dtype it lacks) takes the dense
@@ -24,6 +29,7 @@ check every backend against `reference`.
 Axes: B batch, T tokens, D model width, H heads, K head dim.
 """
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 from typing import Any
@@ -38,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.model import positions as positions_lib
+from encoder.model import sharding
 
 
 @struct.dataclass
@@ -127,21 +134,37 @@ def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
 
 
 def _cudnn_usable(q, bias) -> bool:
-    """cuDNN flash attention: NVIDIA GPU, half precision, head dim <= 128."""
-    return (jax.default_backend() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
+    """cuDNN flash attention: NVIDIA GPU (the target's), half precision, head dim <= 128."""
+    return (sharding.target_platform() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
             and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0)
 
 
 # ---- backends: each one a runner and the reasons it cannot serve a layer ----
 
 _NOTED: set[str] = set()  # messages already logged: a fallback is said once, not per layer
+_RECORDERS: list[list[str]] = []  # open `recording()` blocks: each collects every message
 
 
 def _note_once(message: str) -> None:
     """Logs a backend choice or fallback once per process (it is decided at trace time)."""
+    for recorder in _RECORDERS:
+        if message not in recorder:
+            recorder.append(message)
     if message not in _NOTED:
         _NOTED.add(message)
         logging.warning("attention: %s", message)
+
+
+@contextlib.contextmanager
+def recording():
+    """Collects the backend choices and fallbacks noted while tracing inside the block
+    (the compile report lists the patterns a kernel could not serve)."""
+    notes: list[str] = []
+    _RECORDERS.append(notes)
+    try:
+        yield notes
+    finally:
+        _RECORDERS.remove(notes)
 
 
 PAD_SEGMENT = int(np.iinfo(np.int32).min)  # padding's own segment: never a document id
@@ -169,11 +192,14 @@ def kernel_segment_ids(pattern: AttentionPattern) -> jnp.ndarray | None:
 
 
 def _interpret(platform: str, name: str) -> bool:
-    """Pallas kernels run natively on their platform, in interpret mode elsewhere (CPU tests)."""
-    if jax.default_backend() == platform:
+    """Pallas kernels run natively when the step is compiled for their platform (the mesh's
+    devices, not the host's: a TPU topology compiled on a CPU gets the real kernel), in
+    interpret mode elsewhere (CPU tests)."""
+    target = sharding.target_platform()
+    if target == platform:
         return False
-    _note_once(f"attention_impl={name} is a {platform.upper()} kernel; on "
-               f"{jax.default_backend()} it runs in Pallas interpret mode (slow: for tests)")
+    _note_once(f"attention_impl={name} is a {platform.upper()} kernel; compiled for "
+               f"{target} it runs in Pallas interpret mode (slow: for tests)")
     return True
 
 
@@ -191,25 +217,83 @@ def _run_reference(q, k, v, bias, pattern):
     return reference_attention(q, k, v, bias, pattern.dense(q.shape[1]))
 
 
+def cudnn_packed_segments(pattern: AttentionPattern, length: int):
+    """cuDNN's packed layout of a row's documents: (seqlens [B, M], offsets [B, M + 1]).
+
+    M = T (the most segments a row can hold), so no row is ever cut short; the arrays are
+    O(T) per row where a dense mask is O(T^2). A segment is a maximal run of real tokens of
+    one document (packing lays documents out contiguously); padding belongs to none, so a
+    padded query reads nothing (its outputs are never read). Unused entries are -1, as
+    cuDNN's sequence packing asks (jax._src.cudnn.fused_attention_stablehlo).
+    """
+    ref = pattern.padding if pattern.padding is not None else pattern.documents
+    real = (pattern.padding.astype(bool) if pattern.padding is not None
+            else jnp.ones(ref.shape, bool))  # [B, T]
+    docs = (pattern.documents.astype(jnp.int32) if pattern.documents is not None
+            else jnp.zeros(ref.shape, jnp.int32))
+    prev_real = jnp.pad(real[:, :-1], ((0, 0), (1, 0)))
+    prev_doc = jnp.pad(docs[:, :-1], ((0, 0), (1, 0)), constant_values=-1)
+    starts = real & (~prev_real | (docs != prev_doc))  # [B, T]
+    next_real = jnp.pad(real[:, 1:], ((0, 0), (0, 1)))
+    next_doc = jnp.pad(docs[:, 1:], ((0, 0), (0, 1)), constant_values=-1)
+    ends = real & (~next_real | (docs != next_doc))  # [B, T]
+
+    def row(s, e):
+        first = jnp.nonzero(s, size=length, fill_value=-1)[0]  # [M]
+        last = jnp.nonzero(e, size=length, fill_value=-1)[0]
+        lens = jnp.where(first >= 0, last - first + 1, -1)
+        return lens, jnp.concatenate([first, jnp.full((1,), -1, first.dtype)])
+    seqlens, offsets = jax.vmap(row)(starts, ends)
+    return seqlens.astype(jnp.int32), offsets.astype(jnp.int32)  # [B, M], [B, M + 1]
+
+
+def _cudnn_packed(q, k, v, pattern):
+    """cuDNN flash attention on packed rows, documents as segment offsets (no T x T mask).
+
+    A GPU-only call (it needs cuDNN >= 9 at trace time), so it runs only when the step is
+    compiled for a GPU, inside the batch shard_map like the Pallas kernels.
+    """
+    from jax._src.cudnn import fused_attention_stablehlo as cudnn_fmha  # private: packed layout
+
+    def one(q, k, v, padding, documents):
+        seqlens, offsets = cudnn_packed_segments(AttentionPattern(padding, documents),
+                                                 q.shape[1])
+        return cudnn_fmha.dot_product_attention(
+            q, k, v, q_seqlen=seqlens, kv_seqlen=seqlens, q_offsets=offsets,
+            kv_offsets=offsets, scale=q.shape[-1] ** -0.5,
+            mask_type=cudnn_fmha.MaskType.PADDING, qkv_layout="BTNH")
+    ref = pattern.padding if pattern.padding is not None else pattern.documents
+    padding = pattern.padding if pattern.padding is not None else jnp.ones(ref.shape, jnp.int32)
+    documents = (pattern.documents if pattern.documents is not None
+                 else jnp.zeros(ref.shape, jnp.int32))
+    return sharding.batch_sharded(one, q, k, v, padding, documents)
+
+
 def _run_cudnn(q, k, v, bias, pattern):
     """cuDNN's fused kernel through jax.nn.dot_product_attention.
 
-    Right padding goes in as key lengths, with no mask tensor (the data
-    pipelines and tokenizers here pad on the right). That API has no segment
-    ids, and its sliding window is causal-only (left window), so packed rows
-    and local layers still pass a dense mask; that is noted once. Padded
-    queries read the real keys, as with make_mask. Off a GPU the same call runs
-    on XLA's implementation, so CPU tests check the arguments.
+    Right padding goes in as key lengths, with no mask tensor (the data pipelines and
+    tokenizers here pad on the right). Packed documents (no bias, no window) go in as
+    cuDNN's segment offsets when compiled for a GPU (`_cudnn_packed`). Its sliding window
+    is causal-only (left window), so local layers, and packed rows with an additive bias,
+    still pass a dense mask; that is noted once (the compile report lists it). Off a GPU
+    the same jax.nn.dot_product_attention call runs on XLA, so CPU tests check the
+    arguments (and cudnn_packed_segments is checked against make_mask).
     """
     length = q.shape[1]
-    implementation = "cudnn" if jax.default_backend() == "gpu" else "xla"
+    target = sharding.target_platform()
+    implementation = "cudnn" if target == "gpu" else "xla"
     if implementation == "xla":
-        _note_once(f"attention_impl=cudnn on {jax.default_backend()}: no cuDNN here; the same "
+        _note_once(f"attention_impl=cudnn compiled for {target}: no cuDNN there; the same "
                    "jax.nn.dot_product_attention call runs on XLA")
+    if (implementation == "cudnn" and pattern.documents is not None and not pattern.window
+            and bias is None):
+        return _cudnn_packed(q, k, v, pattern)
     mask = lengths = None
     if pattern.documents is not None or pattern.window:
-        _note_once("attention_impl=cudnn: jax.nn.dot_product_attention takes no segment ids and "
-                   "its cuDNN window is causal-only; packed or local layers pass a dense mask")
+        _note_once("attention_impl=cudnn: a local window (cuDNN's is causal-only) or packed "
+                   "documents with an additive bias (or off a GPU) pass a dense [B, 1, T, T] "
+                   "mask")
         mask = pattern.dense(length)
     elif pattern.padding is not None:
         # >= 1: an all-padding row keeps one key (finite; its outputs are never read)
@@ -224,7 +308,7 @@ def _run_cudnn(q, k, v, bias, pattern):
 def _refuse_cudnn(q, bias, pattern) -> str | None:
     """cuDNN flash attention needs half precision and a head dim <= 128, a multiple of 8."""
     del bias, pattern
-    if jax.default_backend() != "gpu":
+    if sharding.target_platform() != "gpu":
         return None  # emulated on XLA: any dtype
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"cuDNN flash attention needs bfloat16 or float16, got {q.dtype}"
@@ -267,20 +351,25 @@ def _splash_kernel(length: int, heads: int, window: int, interpret: bool):
 def _run_splash(q, k, v, bias, pattern):
     """Splash attention (Pallas TPU): segment ids and a block-sparse local window, no T x T mask.
 
-    The kernel does not scale the logits: q is scaled by 1/sqrt(K) first, in float32.
+    The kernel does not scale the logits: q is scaled by 1/sqrt(K) first, in float32. It
+    runs inside shard_map over the mesh's batch axes (sharding.batch_sharded): a Mosaic
+    call cannot be partitioned by XLA, so each chip runs it on its own rows.
     """
     del bias  # refused
     _, length, heads, head_dim = q.shape
     kernel = _splash_kernel(length, heads, pattern.window, _interpret("tpu", "splash"))
     q = (q.astype(jnp.float32) * head_dim ** -0.5).astype(q.dtype)
-    qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [B, H, T, K]
     ids = kernel_segment_ids(pattern)  # [B, T]
-    if ids is None:
-        out = jax.vmap(kernel)(qh, kh, vh)
-    else:
-        out = jax.vmap(lambda q1, k1, v1, s: kernel(
-            q1, k1, v1, segment_ids=splash_attention.SegmentIds(s, s)))(qh, kh, vh, ids)
-    return jnp.swapaxes(out, 1, 2)  # [B, T, H, K]
+
+    def local(q, k, v, *ids):  # this chip's rows
+        qh, kh, vh = (jnp.swapaxes(x, 1, 2) for x in (q, k, v))  # [b, H, T, K]
+        if not ids:
+            out = jax.vmap(kernel)(qh, kh, vh)
+        else:
+            out = jax.vmap(lambda q1, k1, v1, s: kernel(
+                q1, k1, v1, segment_ids=splash_attention.SegmentIds(s, s)))(qh, kh, vh, ids[0])
+        return jnp.swapaxes(out, 1, 2)  # [b, T, H, K]
+    return sharding.batch_sharded(local, q, k, v, *(() if ids is None else (ids,)))
 
 
 def _refuse_splash(q, bias, pattern) -> str | None:
@@ -298,11 +387,16 @@ PALLAS_GPU_BLOCKS = (128, 32)  # mha's default forward and backward blocks (each
 
 
 def _run_pallas_gpu(q, k, v, bias, pattern):
-    """Pallas Triton flash attention (jax's ops.gpu.attention.mha) with segment ids."""
+    """Pallas Triton flash attention (jax's ops.gpu.attention.mha) with segment ids, inside
+    shard_map over the batch axes."""
     del bias  # refused
-    return pallas_gpu_attention.mha(q, k, v, kernel_segment_ids(pattern),
-                                    sm_scale=q.shape[-1] ** -0.5,
-                                    interpret=_interpret("gpu", "pallas_gpu"))
+    interpret = _interpret("gpu", "pallas_gpu")
+    ids = kernel_segment_ids(pattern)  # [B, T]
+
+    def local(q, k, v, *ids):  # this device's rows: GSPMD would gather the global batch
+        return pallas_gpu_attention.mha(q, k, v, ids[0] if ids else None,
+                                        sm_scale=q.shape[-1] ** -0.5, interpret=interpret)
+    return sharding.batch_sharded(local, q, k, v, *(() if ids is None else (ids,)))
 
 
 def _refuse_pallas_gpu(q, bias, pattern) -> str | None:
@@ -348,7 +442,7 @@ def choose_backend(implementation: str, q, bias, pattern: AttentionPattern) -> s
     """
     if implementation != "auto":
         return implementation
-    platform = jax.default_backend()
+    platform = sharding.target_platform()
     if platform == "tpu":
         reason = _refuse_splash(q, bias, pattern)
         if reason is None:
@@ -414,6 +508,8 @@ class SelfAttention(nn.Module):
             pos = qkv_proj(table)  # [2S, 3, H, K]
             q, bias = positions_lib.disentangled_attention(q, k, pos[:, 0], pos[:, 1], index, bias)
 
+        heads_names = ("batch", "length", "act_heads", "act_kv")
+        q, k, v = (sharding.constrain(x, heads_names) for x in (q, k, v))  # [B, T, H, K]
         pattern = AttentionPattern() if mask is None else mask
         use_dropout = cfg.attention_dropout > 0 and not deterministic
         if use_dropout:
@@ -428,6 +524,7 @@ class SelfAttention(nn.Module):
                                       dropout=lambda p: drop(p, deterministic=False))
         else:
             out = attend(q, k, v, bias, pattern, cfg.attention_impl)  # [B, T, H, K]
+        out = sharding.constrain(out, heads_names)
         return nn.DenseGeneral(
             features=cfg.hidden_size, axis=(-2, -1), use_bias=cfg.use_bias, dtype=dtype,
             kernel_init=nn.with_logical_partitioning(init, ("heads", "kv", "embed")),

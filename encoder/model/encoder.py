@@ -19,6 +19,11 @@ from encoder.model import attention as attention_lib
 from encoder.model import layers
 from encoder.model import positions as positions_lib
 from encoder.model import scan as scan_lib
+from encoder.model import sharding
+
+# Logical names of the residual stream [B, T, D]: the batch is split over the mesh's data
+# axes (encoder/train/partitioning.py RULES), never along a parameter's FSDP axis.
+RESIDUAL = ("batch", "length", "act_embed")
 
 
 class Embeddings(nn.Module):
@@ -114,9 +119,10 @@ def call_layer(cfg, block, x, index: int, shared: dict, deterministic: bool):
     """Layer `index` on x [B, T, D]: its static choices (mask, RoPE base, attention norm)
     come from the index; `shared` holds the per-forward inputs every layer reads."""
     mask = shared["global_mask"] if layer_is_global(cfg, index) else shared["local_mask"]
-    return block(x, shared["positions"], shared["bias"], mask, deterministic,
-                 layer_rope_theta(cfg, index), layer_has_attention_norm(cfg, index),
-                 shared["relative"])
+    x = block(x, shared["positions"], shared["bias"], mask, deterministic,
+              layer_rope_theta(cfg, index), layer_has_attention_norm(cfg, index),
+              shared["relative"])
+    return sharding.constrain(x, RESIDUAL)  # [B, T, D]
 
 
 class LayerGroup(nn.Module):
@@ -197,6 +203,7 @@ class Encoder(nn.Module):
         x = self.embed(input_ids, segment_ids, positions, deterministic)  # [B, T, E]
         if (cfg.embedding_size or cfg.hidden_size) != cfg.hidden_size:
             x = self.embed_projection(x)  # [B, T, D]
+        x = sharding.constrain(x, RESIDUAL)
         bias = self.position_bias(positions) if positions_lib.POSITIONS[cfg.position].bias else None
         relative = (self.relative_positions(positions)  # ([2S, D], [B, T, T])
                     if positions_lib.POSITIONS[cfg.position].disentangled else None)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from encoder.model import attention as attention_lib
+from encoder.model import sharding
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,13 +86,14 @@ class Mlp(nn.Module):
                 kernel_init=nn.with_logical_partitioning(init, ("embed", None, "mlp")),
                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (None, "mlp")),
                 name="wi")(x)  # [B, T, 2, F]
-            h = act.fn(h[..., 0, :]) * h[..., 1, :]
+            h = act.fn(h[..., 0, :]) * h[..., 1, :]  # [B, T, F]
         else:
             h = act.fn(nn.Dense(
                 cfg.intermediate_size, use_bias=cfg.use_bias, dtype=dtype,
                 kernel_init=nn.with_logical_partitioning(init, ("embed", "mlp")),
                 bias_init=nn.with_logical_partitioning(nn.initializers.zeros, ("mlp",)),
                 name="wi")(x))  # [B, T, F]
+        h = sharding.constrain(h, ("batch", "length", "act_mlp"))
         return nn.Dense(
             cfg.hidden_size, use_bias=cfg.use_bias, dtype=dtype,
             kernel_init=nn.with_logical_partitioning(init, ("mlp", "embed")),

@@ -1,21 +1,64 @@
-"""Ahead-of-time compilation of the pretraining train step from shapes alone: per-device
-memory, FLOPs and the compiled program, for any mesh of devices (simulated CPU devices,
-or abstract devices of an accelerator topology).
+"""Ahead-of-time compilation of the train step from shapes alone: per-chip memory, FLOPs,
+collectives, attention kernels and a step-time bound, for any mesh of devices (simulated
+CPU devices, or the abstract chips of a TPU topology compiled by libtpu on a CPU machine).
 
-`compile_step(config, devices)` lowers and compiles exactly the step a run compiles
-(encoder.objectives.pretraining.build + encoder.train.trainer); `compile_report` turns it
-into one JSON-able row (`python -m encoder.bench --mode=compile`).
+`compile_step(config, devices, job)` lowers and compiles exactly the step a run compiles
+(pretraining: encoder.objectives.pretraining.build; fine-tuning: a task head from
+encoder.tasks with the same encoder.train.trainer step); `compile_report` turns it into
+one JSON-able row (`python -m encoder.bench --mode=compile [--topology=v5e:2x2]`).
+
+`topology_devices('v5e:4x4', num_slices=2)` gives the chips of a slice (or of several
+slices over DCN) as abstract devices: MaxText's train_compile.py does the same to check a
+pod run before it is launched. What the compiled TPU program holds (Mosaic kernels,
+collectives) is read from its optimized HLO text, each instruction weighted by how many
+times its computation runs (a scanned stack's while-loop body runs G times).
 """
+import collections
+import os
+import re
 import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.model import scan
+from encoder.model import attention, scan
 from encoder.objectives import pretraining
-from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
+from encoder.train import chips, flops, optimizer, partitioning, trainer as trainer_lib
 
+JOBS = ("pretrain", "finetune")
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+# custom-call targets of the attention kernels, by kernel family
+KERNEL_TARGETS = {"mosaic": "tpu_custom_call", "triton": "__gpu$xla.gpu.triton",
+                  "cudnn": "__cudnn$fmha"}
+
+
+# ------------------------------------------------------------------ devices
+
+def topology_devices(topology: str, num_slices: int = 1) -> list:
+    """The chips of a TPU topology ('v5e:2x2', 'v5p:4x4x4', 'v6e:8x8') as abstract devices,
+    compiled for by libtpu on a machine without a TPU. A single chip ('v5e:1x1') names its
+    host bounds (libtpu's default host is 2x2)."""
+    try:
+        import libtpu  # noqa: F401
+    except ImportError as e:
+        raise RuntimeError(f"--topology={topology} compiles with libtpu, which is not installed: "
+                           "pip install -r requirements-test.txt (it pins libtpu to jax's "
+                           "version)") from e
+    # Several processes may compile at once (tests, a fit sweep); libtpu's lock file is for
+    # processes that own real chips, which a compile-only client does not.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    from jax.experimental import topologies
+    kwargs = {}
+    dims = topology.split(":")[-1].split("x")
+    if all(d == "1" for d in dims):
+        kwargs["chips_per_host_bounds"] = (1, 1, 1)
+    desc = topologies.get_topology_desc(platform="tpu", topology_name=topology,
+                                        num_slices=num_slices, **kwargs)
+    return list(desc.devices)
+
+
+# ------------------------------------------------------------------ the step
 
 def abstract_batch(config, mesh) -> dict:
     """ShapeDtypeStructs of one global pretraining batch (what the pipeline yields), sharded."""
@@ -28,6 +71,79 @@ def abstract_batch(config, mesh) -> dict:
     return batch
 
 
+# task type -> its label fields (name, per-row shape given T, dtype) and label names
+FINETUNE_FIELDS = {
+    "classification": ([("labels", (), jnp.int32)], ["0", "1"]),
+    "regression": ([("labels", (), jnp.float32)], None),
+    "tagging": ([("labels", ("T",), jnp.int32)], ["O", "B", "I"]),
+    "qa": ([("start_positions", (), jnp.int32), ("end_positions", (), jnp.int32),
+            ("context_mask", ("T",), jnp.int32)], None),
+}
+
+
+def _finetune_pieces(config, task_name: str, mesh):
+    """(init_params, loss_fn, abstract batch) of a fine-tuning step: the task type's own
+    head, forward and loss (encoder.tasks) on the recipe's encoder, as the finetune job
+    builds them. Imports encoder.tasks lazily (the one edge from train/ to tasks/)."""
+    from encoder.model import models
+    from encoder.tasks.table import TASKS
+    if task_name not in FINETUNE_FIELDS:
+        raise ValueError(f"--task={task_name!r}: the compile report builds "
+                         f"{sorted(FINETUNE_FIELDS)}")
+    fields, labels = FINETUNE_FIELDS[task_name]
+    task = TASKS[task_name](config, None, labels=labels)
+    model = task.model(models.freeze(config.model), config.pooling)
+    ids = jnp.ones((1, 8), jnp.int32)
+
+    def init_params(rng):
+        return {"model": model.init(rng, ids, ids * 0, ids)["params"]}
+
+    def loss_fn(params, batch, rng):
+        out = task.forward(model, params["model"], batch, deterministic=False,
+                           rngs={"dropout": rng})
+        loss = task.loss(out, batch)
+        return loss, {"loss": loss}
+
+    b, t = config.train.batch_size, config.data.seq_len
+    sharding = partitioning.batch_sharding(mesh)
+    batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=sharding)
+             for k in ("input_ids", "segment_ids", "attention_mask")}
+    batch["weight"] = jax.ShapeDtypeStruct((b,), jnp.float32, sharding=sharding)
+    for name, shape, dtype in fields:
+        batch[name] = jax.ShapeDtypeStruct((b, *[t if s == "T" else s for s in shape]), dtype,
+                                           sharding=sharding)
+    return init_params, loss_fn, batch
+
+
+def compile_step(config, devices=None, job: str = "pretrain", task: str = "classification"):
+    """The train step lowered and compiled for config's shapes, from shapes alone (no
+    parameter is allocated): (compiled, abstract state, shardings, mesh, (lower s, compile s))."""
+    if job not in JOBS:
+        raise ValueError(f"job must be one of {JOBS}, got {job!r}")
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    tx = optimizer.make_optimizer(config.train)
+    if job == "pretrain":
+        pieces = pretraining.build(config)
+        init_params, loss_fn, prepare = pieces.init_params, pieces.loss_fn, pieces.prepare
+        batch = abstract_batch(config, mesh)
+    else:
+        init_params, loss_fn, batch = _finetune_pieces(config, task, mesh)
+        prepare = None
+    abstract, shardings = trainer_lib.state_shapes(init_params, tx, mesh, jax.random.key(0))
+    step = trainer_lib.jit_step(trainer_lib.make_step(
+        loss_fn, tx, prepare, config.train.grad_accum_steps), shardings, mesh)
+    state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                         abstract, shardings)
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    t0 = time.perf_counter()
+    lowered = step.lower(state, batch, rng)
+    t1 = time.perf_counter()
+    compiled = lowered.compile()
+    return compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1)
+
+
+# ------------------------------------------------------------------ reading the program
+
 def _bytes_per_device(tree, shardings) -> int:
     """Bytes one device holds of a sharded tree (its shard of every leaf)."""
     leaves = jax.tree.leaves(tree)
@@ -36,33 +152,144 @@ def _bytes_per_device(tree, shardings) -> int:
                for x, s in zip(leaves, specs))
 
 
-def _xla_flops(compiled) -> float | None:
+def _cost(compiled) -> dict:
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    return float(cost["flops"]) if cost and "flops" in cost else None
+    return dict(cost or {})
 
 
-def compile_step(config, devices=None):
-    """The pretraining train step lowered and compiled for config's shapes, from shapes
-    alone (no parameter is allocated): (compiled, abstract state, shardings, mesh, seconds)."""
-    pieces = pretraining.build(config)
-    mesh = partitioning.make_mesh(config.mesh, devices)
-    tx = optimizer.make_optimizer(config.train)
-    abstract, shardings = trainer_lib.state_shapes(pieces.init_params, tx, mesh,
-                                                   jax.random.key(0))
-    step = trainer_lib.jit_step(trainer_lib.make_step(
-        pieces.loss_fn, tx, pieces.prepare, config.train.grad_accum_steps), shardings, mesh)
-    state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                         abstract, shardings)
-    rng = jax.eval_shape(lambda: jax.random.key(0))
-    t0 = time.perf_counter()
-    lowered = step.lower(state, abstract_batch(config, mesh), rng)
-    t1 = time.perf_counter()
-    compiled = lowered.compile()
-    return compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1)
+def _xla_flops(compiled) -> float | None:
+    cost = _cost(compiled)
+    return float(cost["flops"]) if "flops" in cost else None
 
 
-def unrolled_xla_flops(config, devices=None) -> float:
+_DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 2, "u16": 2,
+                "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8,
+                "f64": 8, "c64": 8, "c128": 16}
+_SHAPE = re.compile(r"\b(" + "|".join(_DTYPE_BYTES) + r")\[([\d,]*)\]")
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s([\w\-]+)\(")
+_CALLS = re.compile(r"\b(body|condition|calls|to_apply|branch_computations)=\{?([^}\s,]+(?:,\s*%[\w.\-]+)*)")
+_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
+
+
+def shape_bytes(shape_text: str) -> int:
+    """Bytes of an HLO result shape ('bf16[4,128]{1,0}', or a tuple of them)."""
+    return sum(_DTYPE_BYTES[d] * int(np.prod([int(x) for x in dims.split(",") if x] or [1]))
+               for d, dims in _SHAPE.findall(shape_text))
+
+
+def _computations(hlo: str) -> tuple[dict, str]:
+    """{name: [instruction lines]} of an HLO module's text, and the entry's name."""
+    comps, entry, current = {}, None, None
+    for line in hlo.splitlines():
+        if current is None:
+            m = _COMPUTATION.match(line)
+            if m and "=" not in line.split("{")[0].split("(")[0]:
+                current = m.group(1)
+                comps[current] = []
+                if line.startswith("ENTRY"):
+                    entry = current
+        elif line.strip() == "}":
+            current = None
+        else:
+            comps[current].append(line)
+    return comps, entry
+
+
+def _multiplicities(comps: dict, entry: str) -> dict:
+    """How many times each computation runs per step: while bodies (and conditions) times
+    their known trip count, every other call once per caller's run."""
+    edges = collections.defaultdict(list)  # caller -> [(callee, factor)]
+    for name, lines in comps.items():
+        for line in lines:
+            op = _INSTRUCTION.match(line)
+            if op and op.group(2).endswith("-done"):
+                continue  # async-done repeats its start's callee
+            trip = _TRIP.search(line)
+            for kind, targets in _CALLS.findall(line):
+                factor = int(trip.group(1)) if (trip and kind in ("body", "condition")) else 1
+                for target in re.findall(r"%?([\w.\-]+)", targets):
+                    if target in comps:
+                        edges[name].append((target, factor))
+    mult = collections.Counter()
+
+    def visit(name, factor, depth=0):
+        mult[name] += factor
+        if depth < 64:
+            for callee, f in edges[name]:
+                visit(callee, factor * f, depth + 1)
+    if entry is not None:
+        visit(entry, 1)
+    return mult
+
+
+def program_contents(hlo: str) -> dict:
+    """Collectives (count and bytes per kind) and attention kernel custom calls in an
+    optimized HLO module, each weighted by its computation's runs per step.
+
+    One collective is one channel_id: the TPU compiler copies a collective into several
+    fusions (its async and collective-matmul pieces) under the same channel, so those count
+    once. An async pair counts once (a -start's tuple is skipped). The TPU compiler writes
+    a reduce-scatter as an all-reduce inside an `all-reduce-scatter` fusion: it is counted
+    as a reduce-scatter. Bytes are the full (unsharded) operand's: an all-gather's result,
+    a reduce-scatter's input.
+    """
+    comps, entry = _computations(hlo)
+    mult = _multiplicities(comps, entry)
+    seen = {}  # (kind, channel or instruction) -> (runs, bytes)
+    kernels = {k: 0 for k in KERNEL_TARGETS}
+    for name, lines in comps.items():
+        runs = mult.get(name, 0)
+        if not runs:
+            continue
+        for line in lines:
+            op = _INSTRUCTION.match(line)
+            if not op:
+                continue
+            shape, opcode = op.groups()
+            base = opcode[:-5] if opcode.endswith("-done") else opcode
+            if base in COLLECTIVES and not opcode.endswith("-start"):
+                kind = ("reduce-scatter" if base == "all-reduce"
+                        and name.startswith("all-reduce-scatter") else base)
+                channel = re.search(r"channel_id=(\d+)", line)
+                key = (kind, channel.group(1) if channel else f"{name}/{line.split('=')[0]}")
+                old_runs, nbytes = seen.get(key, (0, shape_bytes(shape)))
+                seen[key] = (max(old_runs, runs), nbytes)
+            if opcode == "custom-call":
+                for family, target in KERNEL_TARGETS.items():
+                    if f'custom_call_target="{target}' in line:
+                        kernels[family] += runs
+    coll = {k: {"count": 0, "bytes": 0} for k in COLLECTIVES}
+    for (kind, _), (runs, nbytes) in seen.items():
+        coll[kind]["count"] += runs
+        coll[kind]["bytes"] += runs * nbytes
+    return {"collectives": coll, "attention_kernels": kernels}
+
+
+# ------------------------------------------------------------------ the estimate
+
+def step_time_estimate(chip: chips.Chip, flops_per_chip: float, hbm_bytes: float | None,
+                       collectives: dict, num_slices: int = 1) -> dict:
+    """A lower bound on one step's seconds: the largest of FLOPs / peak, HBM traffic /
+    bandwidth and collective bytes / interconnect (no overlap is assumed away, none is
+    modelled: real steps are slower). Gradient all-reduces cross DCN when there are slices."""
+    compute = flops_per_chip / chip.peak_flops
+    memory = (hbm_bytes or 0.0) / chip.hbm_bandwidth
+    total = sum(v["bytes"] for v in collectives.values())
+    ici = total / chip.ici_bandwidth
+    dcn = collectives["all-reduce"]["bytes"] / chip.dcn_bandwidth if num_slices > 1 else 0.0
+    bound = max(compute, memory, ici + dcn)
+    return {"estimate": "lower bound, not a measurement", "step_s": bound,
+            "compute_s": compute, "hbm_s": memory, "ici_s": ici, "dcn_s": dcn,
+            "bound_by": max((("compute", compute), ("hbm", memory), ("interconnect", ici + dcn)),
+                            key=lambda kv: kv[1])[0],
+            "chip": chip.name, "chip_constants": chip.source}
+
+
+# ------------------------------------------------------------------ the report
+
+def unrolled_xla_flops(config, devices=None, job="pretrain", task="classification") -> float:
     """XLA's FLOPs of the whole unrolled step, extrapolated from 1- and 2-layer compiles.
 
     XLA's cost analysis counts a while loop's body once, so a scanned stack's own count
@@ -75,42 +302,96 @@ def unrolled_xla_flops(config, devices=None) -> float:
         probe.model.num_layers = depth
         probe.electra.generator_layers = min(probe.electra.generator_layers, depth)
         probe.model.scan_layers = "false"
-        counts.append(_xla_flops(compile_step(probe, devices)[0]))
+        counts.append(_xla_flops(compile_step(probe, devices, job, task)[0]))
     return counts[0] + (config.model.num_layers - 1) * (counts[1] - counts[0])
 
 
-def compile_report(config, unrolled_flops: bool = True, devices=None) -> dict:
-    """Per-device memory and FLOPs of the compiled train step (see compile_step).
+_OOM = re.compile(r"(?:Used|used)\s+([\d.]+)([KMGT])\s+of\s+([\d.]+)([KMGT])\s+hbm", re.I)
 
-    XLA's FLOPs count every op of the step (norms, softmax, the optimizer, the
-    masking); the analytic count (encoder.train.flops) only the matmuls. With a
-    scanned stack the raw count covers one loop iteration: `xla_flops_unrolled`
-    (unrolled_flops=True) is the whole step's and is what the ratio uses.
+
+def _oom_row(error: Exception) -> dict | None:
+    """What a TPU compile that ran out of HBM says: needed and available bytes."""
+    text = str(error)
+    if "RESOURCE_EXHAUSTED" not in text and "Ran out of memory" not in text:
+        return None
+    unit = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    m = _OOM.search(text)
+    row = {"fits": False, "compile_error": "out of memory: " + text.strip().splitlines()[0][:300]}
+    if m:
+        row["peak_bytes"] = int(float(m.group(1)) * unit[m.group(2)])
+    return row
+
+
+def compile_report(config, unrolled_flops: bool = True, devices=None, *, topology: str = "",
+                   num_slices: int = 1, job: str = "pretrain",
+                   task: str = "classification") -> dict:
+    """One row per compile: memory per chip, FLOPs, collectives, kernels, fit, step bound.
+
+    XLA's FLOPs count every op of the step (norms, softmax, the optimizer, the masking);
+    the analytic count (encoder.train.flops) only the matmuls. With a scanned stack the raw
+    count covers one loop iteration: `xla_flops_unrolled` (unrolled_flops=True) is the whole
+    step's and is what the ratio uses. A TPU compile that runs out of HBM is a row with
+    fits=false (the compiler's figure as peak_bytes), not an exception.
     """
-    compiled, abstract, shardings, mesh, (lower_s, compile_s) = compile_step(config, devices)
-    n = mesh.devices.size
-    mem = compiled.memory_analysis()
-    analytic = flops.config_train_flops_per_step(config) / n
-    xla = _xla_flops(compiled)
+    if topology:
+        devices = topology_devices(topology, num_slices)
+    devices = list(devices if devices is not None else jax.devices())
+    platform = devices[0].platform
+    chip = chips.chip_for_topology(topology) if topology else chips.chip_for_device(devices[0])
     p = scan.plan(config.model)
-    full = unrolled_xla_flops(config, devices) if (p is not None and unrolled_flops) else (
-        None if p is not None else xla)
-    return {"benchmark": "compile", "size": config.model.size, "objective": config.objective,
-            "num_layers": config.model.num_layers, "scan_groups": p.groups if p else 0,
-            "seq_len": config.data.seq_len, "global_batch": config.train.batch_size,
-            "devices": n, "mesh": dict(mesh.shape), "dtype": config.model.dtype,
-            "remat": config.model.remat, "attention_impl": config.model.attention_impl,
-            "platform": jax.devices()[0].platform,
-            "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params)),
-            "lower_s": round(lower_s, 2), "compile_s": round(compile_s, 2),
-            # per device:
-            "param_bytes": _bytes_per_device(abstract.params, shardings.params),
-            "optimizer_bytes": _bytes_per_device(abstract.opt_state, shardings.opt_state),
-            "temp_bytes": int(mem.temp_size_in_bytes),
-            "argument_bytes": int(mem.argument_size_in_bytes),
-            "output_bytes": int(mem.output_size_in_bytes),
-            "alias_bytes": int(mem.alias_size_in_bytes),
-            "peak_bytes": int(mem.argument_size_in_bytes + mem.output_size_in_bytes
-                              - mem.alias_size_in_bytes + mem.temp_size_in_bytes),
-            "analytic_flops": analytic, "xla_flops": xla, "xla_flops_unrolled": full,
-            "xla_over_analytic": full / analytic if full else None}
+    mesh_shape = partitioning.make_mesh(config.mesh, devices).shape
+    row = {"benchmark": "compile", "job": job, "task": task if job == "finetune" else None,
+           "size": config.model.size, "objective": config.objective,
+           "num_layers": config.model.num_layers, "scan_groups": p.groups if p else 0,
+           "seq_len": config.data.seq_len, "global_batch": config.train.batch_size,
+           "platform": platform, "topology": topology or None, "num_slices": num_slices,
+           "chips": len(devices), "devices": len(devices), "mesh": dict(mesh_shape),
+           "rows_per_chip": config.train.batch_size / len(devices),
+           "dtype": config.model.dtype, "remat": config.model.remat,
+           "scan_layers": str(config.model.get("scan_layers", "false")),
+           "attention_impl": config.model.attention_impl,
+           "attention_dropout": config.model.attention_dropout,
+           "chip_hbm_bytes": chip.hbm_bytes if chip else None}
+    with attention.recording() as notes:
+        try:
+            compiled, abstract, shardings, mesh, (lower_s, compile_s) = compile_step(
+                config, devices, job, task)
+        except Exception as e:  # noqa: BLE001 - only an out-of-memory compile becomes a row
+            oom = _oom_row(e)
+            if oom is None or not topology:
+                raise
+            return {**row, **oom, "attention_notes": list(notes)}
+    n = len(devices)
+    mem = compiled.memory_analysis()
+    analytic = (flops.config_train_flops_per_step(config) / n) if job == "pretrain" else None
+    xla = _xla_flops(compiled)
+    full = (unrolled_xla_flops(config, devices, job, task) if (p is not None and unrolled_flops)
+            else (None if p is not None else xla))
+    contents = program_contents(compiled.as_text())
+    peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+               - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
+    row.update({
+        "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(abstract.params)),
+        "lower_s": round(lower_s, 2), "compile_s": round(compile_s, 2),
+        # per chip:
+        "param_bytes": _bytes_per_device(abstract.params, shardings.params),
+        "optimizer_bytes": _bytes_per_device(abstract.opt_state, shardings.opt_state),
+        "temp_bytes": int(mem.temp_size_in_bytes),
+        "argument_bytes": int(mem.argument_size_in_bytes),
+        "output_bytes": int(mem.output_size_in_bytes),
+        "alias_bytes": int(mem.alias_size_in_bytes),
+        "peak_bytes": peak,
+        "fits": (peak <= chip.hbm_bytes) if chip else None,
+        "analytic_flops": analytic, "xla_flops": xla, "xla_flops_unrolled": full,
+        "xla_over_analytic": full / analytic if (full and analytic) else None,
+        **contents,
+        "attention_notes": list(notes),
+    })
+    if chip is not None:
+        per_chip_flops = full or analytic or xla or 0.0
+        hbm = _cost(compiled).get("bytes accessed")
+        if p is not None and xla and full:
+            hbm = hbm * full / xla if hbm else None  # the loop body's traffic, G times
+        row["step_time"] = step_time_estimate(chip, per_chip_flops, hbm,
+                                              contents["collectives"], num_slices)
+    return row

@@ -42,14 +42,16 @@ def train_flops_per_step(config, batch_size: int, seq_len: int, predictions_per_
 
 
 def peak_flops_per_device() -> float:
-    """Datasheet dense bf16 peak for known accelerators; a measurement on CPU."""
+    """Datasheet dense bf16 peak for known accelerators (encoder/train/chips.py); a
+    measurement on CPU."""
     import jax
+    from encoder.train import chips
     dev = jax.devices()[0]
-    kind = getattr(dev, "device_kind", "").lower()
-    table = {"h100": 989e12, "h200": 989e12, "a100": 312e12, "v5": 197e12, "v4": 275e12}
-    for name, peak in table.items():
-        if name in kind:
-            return peak
+    chip = chips.chip_for_device(dev)
+    if chip is not None:
+        return chip.peak_flops
+    if "a100" in getattr(dev, "device_kind", "").lower():
+        return 312e12  # NVIDIA A100 datasheet, dense bf16
     return measure_matmul_flops()
 
 

@@ -112,7 +112,7 @@ def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum
 def state_shapes(init_params: Callable, tx, mesh, rng):
     """(abstract TrainState, its shardings) from shapes alone: nothing is allocated,
     so a run can be sized (encoder.bench --mode=compile) before it is started."""
-    boxed = jax.eval_shape(init_params, rng)
+    boxed = jax.eval_shape(partitioning.traced_under(init_params, mesh), rng)
     p_shard = partitioning.param_shardings(boxed, mesh)
     params = nn.unbox(boxed)
     opt_state = jax.eval_shape(tx.init, params)
@@ -129,7 +129,8 @@ def state_shapes(init_params: Callable, tx, mesh, rng):
 def init_state(init_params: Callable, tx, mesh, rng):
     """Sharded initial state: eval_shape -> shardings -> jit(init, out_shardings)."""
     _, shardings = state_shapes(init_params, tx, mesh, rng)
-    params = jax.jit(lambda r: nn.unbox(init_params(r)), out_shardings=shardings.params)(rng)
+    init = partitioning.traced_under(init_params, mesh)  # the kernels see the mesh at init too
+    params = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=shardings.params)(rng)
     opt_state = jax.jit(tx.init, out_shardings=shardings.opt_state)(params)
     state = TrainState(jax.device_put(jnp.zeros((), jnp.int32), partitioning.replicated(mesh)),
                        params, opt_state)
@@ -137,9 +138,11 @@ def init_state(init_params: Callable, tx, mesh, rng):
 
 
 def jit_step(step: Callable, shardings, mesh):
-    """The step jit-compiled with the run's shardings and the old state donated."""
-    return jax.jit(step, in_shardings=(shardings, partitioning.batch_sharding(mesh),
-                                       partitioning.replicated(mesh)),
+    """The step jit-compiled with the run's shardings and the old state donated; traced
+    under the mesh's activation context (the model's constraints and kernel shard_maps)."""
+    return jax.jit(partitioning.traced_under(step, mesh),
+                   in_shardings=(shardings, partitioning.batch_sharding(mesh),
+                                 partitioning.replicated(mesh)),
                    out_shardings=(shardings, partitioning.replicated(mesh)),
                    donate_argnums=(0,))
 
@@ -161,8 +164,9 @@ class Trainer:
 
     def jit_eval(self, fn: Callable):
         """jit of fn(params, batch, rng) with the run's shardings."""
-        return jax.jit(fn, in_shardings=(self.shardings.params, self.batch_sharding,
-                                         self.replicated), out_shardings=self.replicated)
+        return jax.jit(partitioning.traced_under(fn, self.mesh),
+                       in_shardings=(self.shardings.params, self.batch_sharding,
+                                     self.replicated), out_shardings=self.replicated)
 
     def shard(self, batch: dict) -> dict:
         return partitioning.shard_batch(batch, self.mesh)
@@ -372,4 +376,5 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
             mngr.wait_until_finished()
             progress.close()
     last["stopped"] = stopping and int(state.step) < opts.num_steps
+    last["signalled"] = stopping  # a run in phases stops even when the signal hit a phase's end
     return state, last

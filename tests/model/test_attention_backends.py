@@ -282,3 +282,68 @@ def test_scanned_layers_pass_the_pattern_through():
                                                            docs)[0]
                 for impl in ("reference", "splash"))
     assert max_diff(out, ref, np.asarray(pad, bool)) <= F32_TOL
+
+
+def test_cudnn_packed_segments_rebuild_the_document_mask():
+    """cuDNN's packed layout (segment lengths and offsets, O(T) per row) says exactly what
+    make_mask says for every real query: same document, real keys only."""
+    docs, pad, _ = packed_rows()
+    pattern = attention.AttentionPattern(pad, docs)
+    seqlens, offsets = attention.cudnn_packed_segments(pattern, T)
+    assert seqlens.shape == (B, T) and offsets.shape == (B, T + 1)
+    np.testing.assert_array_equal(np.asarray(seqlens[:, :4]), [[40, 30, 40, -1], [90, 20, -1, -1]])
+    idx = np.arange(T)
+    seg = np.full((B, T), -1)
+    for b in range(B):
+        for s, (o, n) in enumerate(zip(np.asarray(offsets[b]), np.asarray(seqlens[b]))):
+            if o >= 0:
+                seg[b, (idx >= o) & (idx < o + n)] = s
+    rebuilt = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)  # [B, T, T]
+    dense = np.asarray(pattern.dense(T))[:, 0]
+    real = np.asarray(pad).astype(bool)
+    np.testing.assert_array_equal(rebuilt[real], dense[real])
+
+
+@pytest.mark.parametrize("impl", ("splash", "pallas_gpu"))
+def test_kernels_run_on_each_devices_rows_under_a_mesh(impl):
+    """Under the trainer's activation context the Pallas kernels run inside shard_map over
+    the batch axes: the same numbers as the reference, and no operand gathered."""
+    from encoder.train import partitioning
+    mesh = partitioning.make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])
+    docs, pad, _ = packed_rows()
+    docs, pad = (jnp.concatenate([x, x]) for x in (docs, pad))  # B = 4: a row per device
+    q, k, v = (jnp.concatenate([x, x]) for x in qkv())
+    pattern = attention.AttentionPattern(pad, docs)
+    shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
+    fn = jax.jit(partitioning.traced_under(
+        lambda q, k, v, pad, docs: attention.attend(q, k, v, None,
+                                                    attention.AttentionPattern(pad, docs), impl),
+        mesh), in_shardings=shard, out_shardings=shard)
+    compiled = fn.lower(q, k, v, pad, docs).compile()
+    assert "all-gather" not in compiled.as_text()
+    out = compiled(q, k, v, pad, docs)
+    ref = attention.reference_attention(q, k, v, None, pattern.dense(T))
+    real = pad.astype(bool)
+    assert max_diff(out, ref, real) < F32_TOL
+
+
+def test_the_target_platform_is_the_meshs_not_the_hosts():
+    """auto and native-vs-interpret follow the devices a step is compiled for."""
+    from encoder.model import sharding
+    from encoder.train import partitioning
+    cpu_mesh = partitioning.make_mesh({"data": 1, "fsdp": 1}, jax.devices()[:1])
+    q, _, _ = qkv(jnp.bfloat16)
+    pattern = attention.AttentionPattern(*packed_rows()[1::-1])
+    with partitioning.activation_context(cpu_mesh):
+        assert sharding.target_platform() == "cpu"
+        assert attention.choose_backend("auto", q, None, pattern) == "xla"
+    import importlib.util
+    if importlib.util.find_spec("libtpu") is None:
+        pytest.skip("libtpu is not installed: no TPU topology to name")
+    from encoder.train import compile_report
+    tpu_mesh = partitioning.make_mesh({"data": 4, "fsdp": 1},
+                                      compile_report.topology_devices("v5e:2x2"))
+    with partitioning.activation_context(tpu_mesh):
+        assert sharding.target_platform() == "tpu"
+        assert attention.choose_backend("auto", q, None, pattern) == "splash"
+        assert not attention._interpret("tpu", "splash")

@@ -1,0 +1,149 @@
+"""Where each recipe fits: the largest rows per chip on v5e (16 GiB), v6e (32 GiB) and v5p
+(95 GiB), from TPU compiles on this CPU machine (libtpu), one JSON line per compile and a
+markdown table at the end (BUILD_NOTES.md, "TPU and GPU compiles (issue 23)").
+
+    python benchmarks/fit_table.py [--recipes=bert_base,...] [--out=fit.jsonl]
+
+Memory per chip is linear in the rows per chip at a fixed mesh (parameters, optimizer
+state and the program's fixed buffers, plus activations per row), and the TPU compiler's
+memory analysis hardly depends on the generation, so each (recipe, T) is compiled on a
+v5e:2x2 slice with FSDP over its 4 chips at 1 and 2 rows per chip; the line through those
+two points gives each chip's largest rows, and one more compile at v5e's prediction checks
+it with --check (stepping down while the compiler says it does not fit). The step time is the compile
+report's lower bound at that row count, rescaled to each chip's constants.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile-only: the CPU runtime stays default
+
+TOPOLOGY = "v5e:2x2"
+CHIPS_PER_SLICE = 4
+# (recipe file[:arg], T, remat, scan): the kernel-friendly variants (attention dropout 0) of
+# the recipes whose paper used 0.1; ModernBERT's long context rematerialises every layer.
+PLAN = [
+    ("bert_base:attention_dropout=0", 512, "none", "true"),
+    ("bert_large:attention_dropout=0", 512, "none", "true"),
+    ("roberta_base:attention_dropout=0", 512, "none", "true"),
+    ("electra_base:attention_dropout=0", 512, "none", "true"),
+    ("deberta_v3_base", 512, "none", "true"),
+    ("modernbert_base", 512, "none", "true"),
+    ("modernbert_large", 512, "none", "true"),
+    ("modernbert_base", 8192, "full", "true"),
+    ("modernbert_large", 8192, "full", "true"),
+]
+# every other recipe, compiled once at 1 row per chip (each must compile with auto)
+OTHERS = ["bert_base", "albert_base", "electra_small", "mosaicbert_base", "pretrain"]
+FIT_CHIPS = ("v5e", "v6e", "v5p")
+
+
+def load(spec: str, seq_len: int, rows: int, remat: str, scan: str):
+    import importlib
+    name, _, arg = spec.partition(":")
+    config = importlib.import_module(f"experiments.{name}").get_config(arg or None)
+    config.data.seq_len = seq_len
+    config.model.max_position = max(config.model.max_position, seq_len)
+    config.model.update(dict(dtype="bfloat16", attention_impl="auto", remat=remat,
+                             scan_layers=scan))
+    config.train.batch_size = rows * CHIPS_PER_SLICE
+    config.train.grad_accum_steps = 1
+    config.mesh.data, config.mesh.fsdp = 1, CHIPS_PER_SLICE
+    return config
+
+
+def compile_row(spec, seq_len, rows, remat, scan) -> dict:
+    from encoder.train import compile_report
+    t0 = time.perf_counter()
+    row = compile_report.compile_report(load(spec, seq_len, rows, remat, scan),
+                                        unrolled_flops=False, topology=TOPOLOGY)
+    row.update(recipe=spec, rows_per_chip=rows, wall_s=round(time.perf_counter() - t0, 1))
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def largest_rows(fixed: float, per_row: float, hbm: int) -> int:
+    return max(0, int((hbm - fixed) // per_row)) if per_row > 0 else 0
+
+
+def fit(spec, seq_len, remat, scan, check: bool = False) -> dict:
+    """Largest rows per chip on each FIT_CHIPS generation, and the checked v5e figure."""
+    from encoder.train import chips
+    one, two = (compile_row(spec, seq_len, r, remat, scan) for r in (1, 2))
+    if not (one.get("fits", True) and "temp_bytes" in one):
+        return {"recipe": spec, "seq_len": seq_len, "remat": remat, "scan": scan,
+                "rows": {c: 0 for c in FIT_CHIPS}, "rows_1": one}
+    per_row = two["peak_bytes"] - one["peak_bytes"]
+    fixed = one["peak_bytes"] - per_row
+    rows = {c: largest_rows(fixed, per_row, chips.CHIPS[c].hbm_bytes) for c in FIT_CHIPS}
+    checked, r = None, rows["v5e"]
+    while check and r >= 1:  # the compiler has the last word on v5e (16 GiB)
+        checked = compile_row(spec, seq_len, r, remat, scan)
+        if checked.get("fits") and "temp_bytes" in checked:
+            break
+        r = max(0, min(r - 1, int(r * 0.9)))
+    rows["v5e"] = r
+    base = checked if (checked and "step_time" in checked) else two
+    step = {}
+    for c in FIT_CHIPS:  # the bound at each chip's rows: per-row work times rows, new constants
+        n = rows[c] or 1
+        scale = n / base["rows_per_chip"]
+        chip = chips.CHIPS[c]
+        st = base["step_time"]
+        step[c] = max(st["compute_s"] * scale * base_chip(base).peak_flops / chip.peak_flops,
+                      st["hbm_s"] * scale * base_chip(base).hbm_bandwidth / chip.hbm_bandwidth,
+                      st["ici_s"] * base_chip(base).ici_bandwidth / chip.ici_bandwidth)
+    return {"recipe": spec, "seq_len": seq_len, "remat": remat, "scan": scan,
+            "params_m": round(one["parameters"] / 1e6, 1),
+            "fixed_gib": round(fixed / 2**30, 2), "per_row_gib": round(per_row / 2**30, 3),
+            "rows": rows, "step_s": step, "attention_kernels": one["attention_kernels"],
+            "attention_notes": one["attention_notes"]}
+
+
+def base_chip(row):
+    from encoder.train import chips
+    return chips.chip_for_topology(row["topology"])
+
+
+def markdown(results: list[dict]) -> str:
+    head = ("| recipe | T | remat | scan | params M | GiB fixed + per row | "
+            + " | ".join(f"{c} rows (step s)" for c in FIT_CHIPS) + " | Mosaic kernels |")
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in results:
+        if "per_row_gib" not in r:
+            lines.append(f"| {r['recipe']} | {r['seq_len']} | {r['remat']} | {r['scan']} | "
+                         "does not fit at 1 row |")
+            continue
+        cells = " | ".join(f"{r['rows'][c]} ({r['step_s'][c]:.3f})" for c in FIT_CHIPS)
+        lines.append(f"| {r['recipe']} | {r['seq_len']} | {r['remat']} | {r['scan']} | "
+                     f"{r['params_m']} | {r['fixed_gib']} + {r['per_row_gib']} | {cells} | "
+                     f"{r['attention_kernels']['mosaic']} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--recipes", default="", help="comma list: only these PLAN recipes")
+    parser.add_argument("--others", action=argparse.BooleanOptionalAction, default=True,
+                        help="also compile every other recipe once (1 row per chip)")
+    parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=False,
+                        help="compile once more at v5e's predicted rows (the compiler decides)")
+    args = parser.parse_args()
+    wanted = set(filter(None, args.recipes.split(",")))
+    results = []
+    for spec, seq_len, remat, scan in PLAN:
+        if wanted and spec.split(":")[0] not in wanted:
+            continue
+        results.append(fit(spec, seq_len, remat, scan, args.check))
+        print(json.dumps({"fit": results[-1]}), flush=True)
+    if args.others:
+        for name in OTHERS:
+            compile_row(name, 512, 1, "none", "auto")
+    print(markdown(results), flush=True)
+
+
+if __name__ == "__main__":
+    main()
