@@ -20,7 +20,10 @@ import sysconfig
 import zlib
 from typing import Iterable, Iterator
 
+from encoder.data import shards
+
 BINARY_SNIFF_BYTES = 8192
+NAMED_SKIPS = 5  # skipped inputs named (not only counted), the first few
 
 
 @dataclasses.dataclass
@@ -32,9 +35,41 @@ class CorpusStats:
     skipped_empty_files: int = 0
     skipped_long_lines: int = 0
     repaired_lines: int = 0  # had undecodable bytes, replaced with U+FFFD
+    skipped: list = dataclasses.field(default_factory=list)  # the first few, by name
+
+    def skip(self, what: str) -> None:
+        if len(self.skipped) < NAMED_SKIPS:
+            self.skipped.append(what)
 
     def summary(self) -> str:
-        return ", ".join(f"{k}={v}" for k, v in dataclasses.asdict(self).items())
+        return summarize(dataclasses.asdict(self))
+
+
+def summarize(stats: dict) -> str:
+    """key=value counts, then the first skipped inputs by name."""
+    text = ", ".join(f"{k}={v}" for k, v in stats.items() if k != "skipped")
+    if stats.get("skipped"):
+        text += "; skipped: " + "; ".join(stats["skipped"])
+    return text
+
+
+def add_stats(total: dict, part: dict) -> dict:
+    """Sums two stats dicts (the counts add, the named skips concatenate, capped)."""
+    for k, v in part.items():
+        if k == "skipped":
+            total[k] = (total.get(k, []) + list(v))[:NAMED_SKIPS]
+        else:
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+def _prepared_looking(folder: str) -> str | None:
+    """Why a folder must not be read as text: a prepared corpus, finished or not."""
+    if os.path.isfile(os.path.join(folder, shards.MANIFEST)):
+        return (f"{folder} is a prepared corpus: give it alone as data.train_files (several "
+                "prepared corpora are not read as one; prepare their text together), and "
+                "never inside a folder of text")
+    return shards.incomplete_reason(folder)
 
 
 def expand_paths(spec: str | Iterable[str]) -> list[str]:
@@ -43,7 +78,11 @@ def expand_paths(spec: str | Iterable[str]) -> list[str]:
     files = []
     for item in filter(None, items):
         if os.path.isdir(item):
-            for root, _, names in os.walk(item):
+            for root, dirs, names in os.walk(item):
+                why = _prepared_looking(root)
+                if why:  # its plan, markers and manifest are not text to train on
+                    raise shards.CorpusError(why)
+                dirs.sort()
                 files.extend(os.path.join(root, n) for n in names)
         elif any(c in item for c in "*?["):
             matched = [p for p in glob.glob(item, recursive=True) if os.path.isfile(p)]
@@ -60,6 +99,14 @@ def expand_paths(spec: str | Iterable[str]) -> list[str]:
 def _is_binary(path: str) -> bool:
     with open(path, "rb") as f:
         return b"\x00" in f.read(BINARY_SNIFF_BYTES)
+
+
+def _binary_reason(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return f"{path} (UTF-16 text: convert it to UTF-8)"
+    return f"{path} (binary: NUL bytes)"
 
 
 def _raw_lines(f, end: int, max_bytes: int) -> Iterator[bytes | None]:
@@ -108,6 +155,8 @@ def read_range(path: str, start: int, end: int, one_doc_per_line: bool = False,
             line = None if raw is None else _decode(raw, stats)
             if line is None or len(line) > max_line_chars:
                 stats.skipped_long_lines += 1
+                stats.skip(f"{path}: a line over max_line_chars={max_line_chars} "
+                           f"(before byte {f.tell()})")
                 continue
             stats.lines += 1
             if one_doc_per_line:
@@ -129,9 +178,11 @@ def usable(path: str, stats: CorpusStats) -> bool:
     """False (and counted) for empty and binary files."""
     if os.path.getsize(path) == 0:
         stats.skipped_empty_files += 1
+        stats.skip(f"{path} (empty)")
         return False
     if _is_binary(path):
         stats.skipped_binary_files += 1
+        stats.skip(_binary_reason(path))
         return False
     return True
 
@@ -245,3 +296,59 @@ def load_corpus(data_cfg) -> tuple[list[str], list[str], CorpusStats]:
         raise ValueError(f"the training corpus is empty ({stats.summary()}); "
                          f"check data.train_files={data_cfg.train_files!r}")
     return train, valid, stats
+
+
+# ------------------------------------------------------------------ what a run's data is
+
+def fingerprint(spec: str, previous: dict | None = None) -> dict:
+    """A run's data, as a restart compares it: a prepared corpus by its manifest (plan,
+    tokenizer, every shard's checksum), plain files by name, size and content hash.
+
+    A file whose size and date match `previous` keeps its recorded hash (a restart does
+    not re-read an unchanged corpus); the embedded corpus is named by the interpreter.
+    """
+    if not spec:
+        return {}
+    if spec == "stdlib":
+        return {"stdlib": sys.version}
+    if shards.is_prepared(spec):
+        with open(os.path.join(spec, shards.MANIFEST)) as f:
+            m = json.load(f)
+        h = hashlib.sha256()
+        for split in shards.SPLITS:
+            for sh in m.get("splits", {}).get(split, {}).get("shards", []):
+                h.update(f"{split}\0{sh['file']}\0{sh['sha256']}\n".encode())
+        return {"prepared": os.path.abspath(spec), "plan": m.get("plan"),
+                "tokenizer": m.get("tokenizer", {}).get("fingerprint"),
+                "documents": {s: m["splits"][s]["documents"] for s in shards.SPLITS},
+                "shards": h.hexdigest()[:20]}
+    old = (previous or {}).get("files", {})
+    files = {}
+    for path in expand_paths(spec):
+        st = os.stat(path)
+        key = os.path.abspath(path)
+        was = old.get(key)
+        if was and was[0] == st.st_size and was[1] == st.st_mtime_ns:
+            digest = was[2]
+        else:
+            digest = shards.file_sha256(path)[:20]
+        files[key] = [st.st_size, st.st_mtime_ns, digest]
+    return {"files": files}
+
+
+def fingerprint_diff(old: dict, new: dict, limit: int = 8) -> list[str]:
+    """What changed between two fingerprints, one line each (empty: the same data)."""
+    if not old and not new:
+        return []
+    if set(old) != set(new) or "files" not in old:
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        return [f"{k}: {old.get(k, '<absent>')} -> {new.get(k, '<absent>')}" for k in keys]
+    a, b = old["files"], new["files"]
+    lines = [f"file added: {p}" for p in sorted(set(b) - set(a))]
+    lines += [f"file removed: {p}" for p in sorted(set(a) - set(b))]
+    for p in sorted(set(a) & set(b)):
+        if a[p][2] != b[p][2]:
+            lines.append(f"file changed: {p} ({a[p][0]:,} -> {b[p][0]:,} bytes)")
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"... and {len(lines) - limit} more"]
+    return lines

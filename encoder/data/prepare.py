@@ -32,6 +32,7 @@ from typing import Iterator
 
 import numpy as np
 
+from encoder import errors
 from encoder.data import corpus, shards, tokenizer as tokenizer_lib
 
 STDLIB = "stdlib"           # --input naming the embedded corpus
@@ -82,8 +83,11 @@ def _next_doc_start(f, offset: int, limit: int, s: Settings) -> int | None:
     return None
 
 
-def plan_units(spec: str, s: Settings) -> tuple[list[tuple[Piece, ...]], corpus.CorpusStats]:
-    """Cuts the input into units of about s.shard_mb MB, each cut at a document start."""
+def plan_units(spec: str, s: Settings, flag: str = "--input"
+               ) -> tuple[list[tuple[Piece, ...]], corpus.CorpusStats]:
+    """Cuts the input into units of about s.shard_mb MB, each cut at a document start.
+
+    flag: how the caller's user named `spec` (errors say it)."""
     budget = max(1, int(s.shard_mb * 2**20))
     stats = corpus.CorpusStats()
     units, current, used = [], [], 0
@@ -121,7 +125,7 @@ def plan_units(spec: str, s: Settings) -> tuple[list[tuple[Piece, ...]], corpus.
     if current:
         units.append(tuple(current))
     if not units:
-        raise ValueError(f"no readable text in --input={spec!r} ({stats.summary()})")
+        raise shards.CorpusError(f"no readable text in {flag}={spec!r} ({stats.summary()})")
     return units, stats
 
 
@@ -210,8 +214,20 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
 def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
                     tokenizer_type: str = "unigram", sample_chars: int = 4_000_000) -> str:
     prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
-    return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars), prefix,
-                                             vocab_size, tokenizer_type, sample_chars)
+    try:
+        return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars),
+                                                 prefix, vocab_size, tokenizer_type,
+                                                 sample_chars)
+    except ValueError as e:
+        if "empty corpus" not in str(e):
+            raise
+        stats = corpus.CorpusStats()
+        for unit in units:
+            for _ in read_unit(unit, s, stats):
+                pass
+        raise shards.CorpusError(f"no training document to train a tokenizer on "
+                                 f"(valid_fraction={s.valid_fraction}: {stats.summary()})"
+                                 ) from None
 
 
 def install_tokenizer(source: str, out: str) -> str:
@@ -312,17 +328,28 @@ def process_unit(job: tuple) -> dict:
     return result
 
 
-def _finished(out: str, unit_id: int) -> dict | None:
-    """The unit's marker if it and the files it lists are intact."""
+def _finished(out: str, unit_id: int, thorough: bool = False) -> dict | None:
+    """The unit's marker if it and the files it lists are intact (sizes, the offsets index's
+    length and the counts file; thorough: the shards' checksums too)."""
     path = _marker_path(out, unit_id)
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        marker = json.load(f)
-    for sh in marker["shards"].values():
-        file = os.path.join(out, sh["file"])
-        if not os.path.exists(file) or os.path.getsize(file) != sh["bytes"]:
+    try:
+        with open(path) as f:
+            marker = json.load(f)
+        if not os.path.exists(os.path.join(out, marker["counts"])):
             return None
+        for sh in marker["shards"].values():
+            file = os.path.join(out, sh["file"])
+            if not os.path.exists(file) or os.path.getsize(file) != sh["bytes"]:
+                return None
+            offsets = np.load(os.path.join(out, sh["index"]), mmap_mode="r")
+            if len(offsets) != sh["documents"] + 1:
+                return None
+            if thorough and shards.file_sha256(file) != sh["sha256"]:
+                return None
+    except (OSError, ValueError, KeyError):  # a torn marker or index: the unit is redone
+        return None
     return marker
 
 
@@ -339,42 +366,150 @@ class Job:
     plan_stats: corpus.CorpusStats
     fingerprint: str
 
-    def pending(self, machine_index: int = 0, num_machines: int = 1) -> list[int]:
+    def pending(self, machine_index: int = 0, num_machines: int = 1,
+                thorough: bool = True) -> list[int]:
+        """This machine's units without an intact marker (thorough: checksums checked, so a
+        damaged shard of the right size is redone too)."""
         return [i for i in range(len(self.units))
-                if i % num_machines == machine_index and _finished(self.out, i) is None]
+                if i % num_machines == machine_index
+                and _finished(self.out, i, thorough) is None]
 
     def jobs(self, ids) -> list[tuple]:
         return [(i, self.units[i], self.settings, self.tokenizer_path, self.out) for i in ids]
 
 
+KIND = "prepared-corpus"  # the ownership marker's kind (encoder/errors.py)
+
+
+def check_settings(s: Settings, vocab_size: int | None = None, machine_index: int = 0,
+                   num_machines: int = 1) -> None:
+    """Ranges, up front (before anything is read or written)."""
+    if not 0.0 <= s.valid_fraction <= 1.0:  # 1: a held-out corpus (pipeline's valid_files)
+        raise errors.UsageError(f"--valid_fraction={s.valid_fraction}: expected 0 <= x < 1 "
+                                "(the held-out share of documents)")
+    if s.max_line_chars < 1:
+        raise errors.UsageError(f"--max_line_chars={s.max_line_chars}: expected >= 1")
+    if not s.shard_mb > 0:
+        raise errors.UsageError(f"--shard_mb={s.shard_mb}: expected > 0")
+    if vocab_size is not None and vocab_size <= len(tokenizer_lib.SPECIAL_TOKENS):
+        raise errors.UsageError(f"--vocab_size={vocab_size}: expected more than the "
+                                f"{len(tokenizer_lib.SPECIAL_TOKENS)} special tokens")
+    if num_machines < 1 or not 0 <= machine_index < num_machines:
+        raise errors.UsageError(f"--machine_index={machine_index} --num_machines={num_machines}"
+                                f": expected num_machines >= 1 and 0 <= machine_index < "
+                                "num_machines")
+
+
+def _owned(out: str) -> bool:
+    """An earlier prepare's folder from before the ownership marker: its plan.json."""
+    return os.path.isfile(os.path.join(out, shards.PLAN))
+
+
+def check_out(spec: str, out: str) -> None:
+    """--out is new, empty or an earlier prepare's; never an input or inside one."""
+    errors.check_output(out, KIND, "--out", legacy=_owned)
+    if spec == STDLIB:
+        return
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        if os.path.exists(item) and (errors.inside(out, item) or errors.inside(item, out)):
+            raise errors.NotOurs(f"--out={out} is, contains or lies inside the input {item}: "
+                                 "a rerun would read the corpus's own files as text; choose "
+                                 "a folder outside the input")
+
+
+def _files_of(units) -> dict:
+    """path -> [size, mtime_ns] of every input file (what a rerun compares)."""
+    out = {}
+    for unit in units:
+        for p in unit:
+            if p.path != STDLIB and p.path not in out:
+                st = os.stat(p.path)
+                out[os.path.abspath(p.path)] = [st.st_size, st.st_mtime_ns]
+    return out
+
+
+def _request(spec: str, s: Settings, tokenizer: str, tok_fp: str | None, vocab_size: int,
+             tokenizer_type: str, sample_chars: int) -> dict:
+    """The settings a prepare was asked for (a rerun must ask for the same)."""
+    # A given tokenizer by content, not path: the same model under another path is the same.
+    tok = ({"given": tok_fp} if tokenizer else
+           {"trained": {"vocab_size": vocab_size, "type": tokenizer_type,
+                        "sample_chars": sample_chars}})
+    return {"input": spec, **{f"settings.{k}": v for k, v in dataclasses.asdict(s).items()},
+            "tokenizer": tok}
+
+
+def plan_diff(old: dict, request: dict, files: dict) -> list[str]:
+    """What a rerun changes against an existing plan.json, one line each."""
+    lines = []
+    was = old.get("request", {})
+    for k in sorted(set(was) | set(request)):
+        if was.get(k, "<absent>") != request.get(k, "<absent>"):
+            lines.append(f"{k}: {was.get(k, '<absent>')} -> {request.get(k, '<absent>')}")
+    before = old.get("files", {})
+    lines += [f"file added: {p}" for p in sorted(set(files) - set(before))]
+    lines += [f"file removed: {p}" for p in sorted(set(before) - set(files))]
+    lines += [f"file changed: {p} (size or date)" for p in sorted(set(before) & set(files))
+              if before[p] != files[p]]
+    return lines
+
+
 def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int = 32768,
          tokenizer_type: str = "unigram", sample_chars: int = 4_000_000,
-         may_train_tokenizer: bool = True) -> Job:
-    """Plans the units, puts the tokenizer in OUT/tokenizer, checks a resumed plan."""
+         may_train_tokenizer: bool = True, command: str = "") -> Job:
+    """Plans the units, puts the tokenizer in OUT/tokenizer, checks a resumed plan.
+
+    Every check (ranges, the folder's owner, a rerun's settings against plan.json) comes
+    before the first write: a refused prepare changes nothing on disk.
+    """
+    check_settings(s, None if tokenizer else vocab_size)
+    check_out(spec, out)
     units, plan_stats = plan_units(spec, s)
-    os.makedirs(out, exist_ok=True)
+    tok_path = os.path.join(out, "tokenizer", "sp.model")
+    given_fp = None
     if tokenizer:
-        tok_path = install_tokenizer(tokenizer, out)
-    else:
-        tok_path = os.path.join(out, "tokenizer", "sp.model")
-        if not os.path.exists(tok_path):
-            if not may_train_tokenizer:
-                raise ValueError(f"{out} has no tokenizer yet: pass --tokenizer=PATH, or train "
-                                 "it first with --tokenizer_only (one machine)")
-            train_tokenizer(units, s, tok_path, vocab_size, tokenizer_type, sample_chars)
-    fp = plan_fingerprint(spec, units, s, _tokenizer(tok_path).fingerprint())
-    plan_file = os.path.join(out, "plan.json")
+        given_fp = tokenizer_lib.load(tokenizer).fingerprint()
+    request = _request(spec, s, tokenizer, given_fp, vocab_size, tokenizer_type, sample_chars)
+    files = _files_of(units)
+    plan_file = os.path.join(out, shards.PLAN)
+    old = None
     if os.path.exists(plan_file):
         with open(plan_file) as f:
             old = json.load(f)
+        if "request" in old:
+            diff = plan_diff(old, request, files)
+            if diff:
+                raise errors.UsageError(
+                    f"--out={out} holds a prepare of different input or settings; nothing "
+                    "was written. Changed:\n  " + "\n  ".join(diff) + "\nUse a new --out, give "
+                    "the same settings, or delete the folder to start over")
+    if not tokenizer and not os.path.exists(tok_path) and not may_train_tokenizer:
+        raise errors.UsageError(f"{out} has no tokenizer yet: pass --tokenizer=PATH, or train "
+                                "it first with --tokenizer_only (one machine)")
+    if old is not None and "request" not in old:  # a plan from before requests were kept
+        fp = plan_fingerprint(spec, units, s, given_fp or (
+            _tokenizer(tok_path).fingerprint() if os.path.exists(tok_path) else ""))
         if old["fingerprint"] != fp:
-            raise ValueError(
-                f"{out} holds a prepare of different input or settings (plan {old['fingerprint']}"
-                f", now {fp}: the files, their sizes or dates, the tokenizer or a setting "
-                "changed); use a new --out, or delete the folder to start over")
-    else:
+            raise errors.UsageError(
+                f"{out} holds a prepare of different input or settings (plan "
+                f"{old['fingerprint']}, now {fp}: the files, their sizes or dates, the "
+                "tokenizer or a setting changed); use a new --out, or delete the folder")
+    # ---- checked: from here on, writes
+    errors.mark_output(out, KIND)
+    if tokenizer:
+        tok_path = install_tokenizer(tokenizer, out)
+    elif not os.path.exists(tok_path):
+        train_tokenizer(units, s, tok_path, vocab_size, tokenizer_type, sample_chars)
+    _TOKENIZERS.pop(tok_path, None)  # a file replaced at the same path is read afresh
+    fp = plan_fingerprint(spec, units, s, _tokenizer(tok_path).fingerprint())
+    if old is not None and old["fingerprint"] != fp:
+        raise shards.CorpusError(
+            f"{tok_path} is not the tokenizer {out} was planned with (plan {old['fingerprint']}"
+            f", now {fp}): it was replaced by hand; delete {out} and prepare again")
+    if old is None:
         _atomic_json(plan_file, {"fingerprint": fp, "input": spec, "units": len(units),
-                                 "settings": dataclasses.asdict(s)})
+                                 "settings": dataclasses.asdict(s), "request": request,
+                                 "files": files, "command": command})
     return Job(spec, out, units, s, tok_path, plan_stats, fp)
 
 
@@ -434,9 +569,13 @@ def finalize(job: Job, command: str = "") -> dict | None:
     stats["empty_documents"] = 0
     counts = np.zeros(tok.vocab_size, np.int64)
     for m in markers:
-        for k, v in m["stats"].items():
-            stats[k] = stats.get(k, 0) + v
+        corpus.add_stats(stats, m["stats"])
         counts += np.load(os.path.join(job.out, m["counts"]))
+    if not splits["train"]["documents"] and job.settings.valid_fraction < 1.0:
+        raise shards.CorpusError(
+            f"{job.out}: no training document, so no corpus (no manifest written): "
+            f"{splits['valid']['documents']} held-out documents at valid_fraction="
+            f"{job.settings.valid_fraction}; {corpus.summarize(stats)}")
     np.save(os.path.join(job.out, "token_counts.npy"), counts)
     manifest = {
         "format": shards.FORMAT, "version": shards.VERSION,
@@ -456,18 +595,25 @@ def prepare(spec: str, out: str, s: Settings = Settings(), tokenizer: str = "",
             vocab_size: int = 32768, num_workers: int = 1, tokenizer_type: str = "unigram",
             sample_chars: int = 4_000_000, machine_index: int = 0, num_machines: int = 1,
             progress: bool = False, command: str = "") -> dict | None:
-    """Plans, runs this machine's pending units and writes the manifest when all are done."""
-    if os.path.exists(os.path.join(out, shards.MANIFEST)) and not os.path.exists(
-            os.path.join(out, "plan.json")):
-        raise ValueError(f"{out}: a manifest without plan.json; not a folder this command made")
+    """Plans, runs this machine's pending units and writes the manifest when all are done.
+
+    A rerun on a finished corpus checks every unit (sizes, checksums): a missing or
+    damaged shard is redone (the manifest is removed meanwhile, so nobody reads a corpus
+    with a hole), whether or not the manifest was there."""
+    check_settings(s, None if tokenizer else vocab_size, machine_index, num_machines)
+    manifest_path = os.path.join(out, shards.MANIFEST)
+    if os.path.exists(manifest_path) and not os.path.exists(os.path.join(out, shards.PLAN)):
+        raise errors.NotOurs(f"{out}: a manifest without plan.json; not a folder this command "
+                             "made")
     job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars,
-               may_train_tokenizer=num_machines == 1)
-    if os.path.exists(os.path.join(out, shards.MANIFEST)):
-        with open(os.path.join(out, shards.MANIFEST)) as f:
-            manifest = json.load(f)
-        if manifest.get("plan") == job.fingerprint:
-            return manifest
+               may_train_tokenizer=num_machines == 1, command=command)
     todo = job.pending(machine_index, num_machines)
+    if os.path.exists(manifest_path):
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        if manifest.get("plan") == job.fingerprint and not todo:
+            return manifest
+        os.remove(manifest_path)  # ours (plan.json above); rewritten once the units are done
     run_units(job, todo, num_workers, progress)
     return finalize(job, command)
 
@@ -478,7 +624,7 @@ def summary(manifest: dict) -> str:
     return (f"prepared {sp['train']['documents']:,} train / {sp['valid']['documents']:,} valid "
             f"documents, {sp['train']['tokens']:,} / {sp['valid']['tokens']:,} tokens in "
             f"{len(sp['train']['shards'])} + {len(sp['valid']['shards'])} shards; "
-            + ", ".join(f"{k}={v}" for k, v in st.items()))
+            + corpus.summarize(st))
 
 
 def prepare_with_beam(spec: str, out: str, s: Settings, tokenizer: str = "",
@@ -487,34 +633,41 @@ def prepare_with_beam(spec: str, out: str, s: Settings, tokenizer: str = "",
                       command: str = "") -> dict | None:
     """The same plan, units and manifest as `prepare`, with Beam distributing the units."""
     from encoder.data import prepare_beam
-    job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars)
+    job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars,
+               command=command)
     todo = job.pending()
     if todo:
         prepare_beam.run(job.jobs(todo), process_unit, beam_options)
     return finalize(job, command)
 
 
+@errors.one_line_errors(resumable=True)
 def main(argv):
     from absl import flags
     FLAGS = flags.FLAGS
     if len(argv) > 1:
-        raise SystemExit(f"unexpected arguments: {argv[1:]}")
+        raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
     s = Settings(FLAGS.one_doc_per_line, FLAGS.max_line_chars, FLAGS.valid_fraction,
                  FLAGS.shard_mb)
     if FLAGS.verify:
-        c = shards.PreparedCorpus(FLAGS.out)
-        for split in shards.SPLITS:
-            c.verify(split, checksums=True)
-        print(f"{FLAGS.out}: every shard present with its size and checksum")
+        checked = shards.PreparedCorpus(FLAGS.out).verify_all()
+        print(f"{FLAGS.out}: verified " + "; ".join(checked))
         return
     if not FLAGS.input:
-        raise SystemExit("--input is required (files, folders, globs, or 'stdlib')")
+        raise errors.UsageError("--input is required (files, folders, globs, or 'stdlib')")
     if FLAGS.tokenizer and FLAGS["vocab_size"].present:
-        raise SystemExit("give --tokenizer or --vocab_size, not both")
+        raise errors.UsageError("give --tokenizer or --vocab_size, not both")
+    if FLAGS.valid_fraction >= 1.0:
+        raise errors.UsageError(f"--valid_fraction={FLAGS.valid_fraction}: expected 0 <= x < 1 "
+                                "(the held-out share; at 1 no document is left to train on)")
+    if FLAGS.num_workers < 0:
+        raise errors.UsageError(f"--num_workers={FLAGS.num_workers}: expected >= 0")
+    check_settings(s, None if FLAGS.tokenizer else FLAGS.vocab_size, FLAGS.machine_index,
+                   FLAGS.num_machines)
     command = " ".join(["python -m encoder.data.prepare"] + sys.argv[1:])
     if FLAGS.tokenizer_only:
         job = plan(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer, FLAGS.vocab_size,
-                   FLAGS.tokenizer_type, FLAGS.sample_chars)
+                   FLAGS.tokenizer_type, FLAGS.sample_chars, command=command)
         print(f"tokenizer: {job.tokenizer_path}")
         return
     if FLAGS.engine == "beam":

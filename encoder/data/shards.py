@@ -30,6 +30,8 @@ import os
 import numpy as np
 
 MANIFEST = "manifest.json"
+PLAN = "plan.json"          # written first by prepare: the plan a rerun is checked against
+UNITS = "units"             # units/NNNNN.json: one marker per finished unit
 FORMAT = "encoder-prepared-corpus"
 VERSION = 1
 SPLITS = ("train", "valid")
@@ -41,6 +43,34 @@ class CorpusError(ValueError):
 
 def is_prepared(path: str) -> bool:
     return bool(path) and "," not in path and os.path.isfile(os.path.join(path, MANIFEST))
+
+
+def incomplete_reason(folder: str) -> str | None:
+    """Why a folder that looks prepared (plan, unit markers, shards) but has no manifest
+    cannot be read: what is there, what is missing, how to finish. None if it does not."""
+    if os.path.isfile(os.path.join(folder, MANIFEST)):
+        return None
+    plan = os.path.join(folder, PLAN)
+    units_dir = os.path.join(folder, UNITS)
+    has_shards = os.path.isdir(os.path.join(folder, "shards")) and any(
+        n.endswith(".array_record") for n in os.listdir(os.path.join(folder, "shards")))
+    if not (os.path.isfile(plan) or os.path.isdir(units_dir) or has_shards):
+        return None
+    done = len([n for n in os.listdir(units_dir) if n.endswith(".json")]) \
+        if os.path.isdir(units_dir) else 0
+    total, command = "?", ""
+    try:
+        with open(plan) as f:
+            p = json.load(f)
+        total = p.get("units", "?")
+        command = p.get("command", "")
+    except (OSError, ValueError):
+        pass
+    again = f" ({command})" if command else ""
+    return (f"{folder} is an unfinished prepared corpus: {done} of {total} units done and no "
+            f"{MANIFEST} (a prepare that was stopped, or a multi-machine prepare whose other "
+            f"machines have not finished). Finish it: run the same prepare command again"
+            f"{again} on every --machine_index, or once with --num_machines=1")
 
 
 def file_sha256(path: str, chunk: int = 1 << 22) -> str:
@@ -84,6 +114,9 @@ class PreparedCorpus:
     def __init__(self, folder: str):
         self.folder = folder
         path = os.path.join(folder, MANIFEST)
+        why = incomplete_reason(folder)
+        if why:
+            raise CorpusError(why)
         if not os.path.isfile(path):
             raise CorpusError(f"{folder}: not a prepared corpus (no {MANIFEST}); make one with "
                               "python -m encoder.data.prepare --input=FILES --out=DIR")
@@ -140,6 +173,63 @@ class PreparedCorpus:
             if len(offsets) != shard.documents + 1 or int(offsets[-1]) != shard.stream_tokens:
                 raise CorpusError(f"{os.path.join(self.folder, shard.index)}: index does not "
                                   f"match the manifest ({shard.documents} documents)")
+
+
+    def verify_all(self) -> list[str]:
+        """Everything training relies on; raises CorpusError on the first fault, else returns
+        what was checked: the tokenizer (present, its fingerprint), the token dtype for its
+        vocabulary, every shard (size, checksum, record count, offsets: int64, from 0,
+        increasing, ending at the listed tokens), the split totals and token_counts."""
+        from encoder.data import tokenizer as tokenizer_lib
+        m = self.manifest
+        tok_path = self.tokenizer_path
+        if not os.path.exists(tok_path):
+            raise CorpusError(f"{tok_path}: the corpus's tokenizer is missing")
+        tok = tokenizer_lib.load(tok_path)
+        if tok.fingerprint() != self.tokenizer_fingerprint:
+            raise CorpusError(f"{tok_path}: tokenizer fingerprint {tok.fingerprint()}, but the "
+                              f"shards were tokenized with {self.tokenizer_fingerprint} (the "
+                              "tokenizer was replaced); prepare the corpus again")
+        if m["tokenizer"].get("vocab_size") != tok.vocab_size or self.dtype != token_dtype(
+                tok.vocab_size):
+            raise CorpusError(f"{self.folder}: token_dtype {self.dtype} / vocab_size "
+                              f"{m['tokenizer'].get('vocab_size')} do not fit the tokenizer's "
+                              f"{tok.vocab_size} pieces")
+        from array_record.python import array_record_module
+        checked = 0
+        for split in SPLITS:
+            self.verify(split, checksums=True)
+            listed = m["splits"][split]
+            if listed["documents"] != self.documents(split) or listed["tokens"] != sum(
+                    s.tokens for s in self.shards[split]):
+                raise CorpusError(f"{self.folder}: the {split} split's totals differ from its "
+                                  "shards' (the manifest was edited)")
+            for shard in self.shards[split]:
+                index = os.path.join(self.folder, shard.index)
+                offsets = np.load(index, mmap_mode="r")
+                if offsets.dtype != np.int64 or (len(offsets) and int(offsets[0]) != 0) or (
+                        np.diff(offsets) < 2).any():
+                    raise CorpusError(f"{index}: offsets must be int64, start at 0 and grow by "
+                                      "at least 2 per document (tokens + [SEP])")
+                path = os.path.join(self.folder, shard.file)
+                reader = array_record_module.ArrayRecordReader(path)
+                try:
+                    n = reader.num_records()
+                finally:
+                    reader.close()
+                if n != shard.documents:
+                    raise CorpusError(f"{path}: {n} records, the manifest lists "
+                                      f"{shard.documents} documents")
+                checked += 1
+        counts = self.token_counts()
+        if counts.shape != (tok.vocab_size,) or int(counts.sum()) != m["splits"]["train"][
+                "tokens"]:
+            raise CorpusError(f"{os.path.join(self.folder, m['token_counts'])}: shape "
+                              f"{counts.shape} and sum {int(counts.sum())}, expected "
+                              f"({tok.vocab_size},) and {m['splits']['train']['tokens']}")
+        return [f"tokenizer {self.tokenizer_fingerprint} ({tok.vocab_size} pieces, "
+                f"{self.dtype})", f"{checked} shards: size, checksum, records, offsets",
+                "split totals", "token_counts"]
 
 
 class PackedRows:

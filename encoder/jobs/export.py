@@ -22,9 +22,11 @@ as tokenizer.json for AutoTokenizer.
 import json
 import os
 import shutil
+import tempfile
 
 import numpy as np
 
+from encoder import errors
 from encoder.checkpoints import sources
 from encoder.interop import hf
 from encoder.interop.family import Unrepresentable
@@ -162,32 +164,37 @@ def _model_card(out: str, source: str, p: sources.Pretrained, family: str, kind:
         f.write("\n".join(lines))
 
 
-def is_export(folder: str) -> bool:
-    """A folder this command wrote (it may be replaced): config.json + model.safetensors and
-    nothing of a run of this codebase."""
-    names = set(os.listdir(folder))
-    return {"config.json", "model.safetensors"} <= names and not names & {
-        "checkpoints", "metrics.jsonl", "best", "params", "model_config.json"}
+KIND = "export"  # the ownership marker's kind (encoder/errors.py)
+
+
+def _written(folder: str) -> list[str]:
+    """Every file under folder, relative (what this export wrote)."""
+    return sorted(os.path.relpath(os.path.join(root, n), folder)
+                  for root, _, names in os.walk(folder) for n in names)
 
 
 def check_out(source: str, out: str) -> None:
-    """--out may be new, empty, or a previous export; never a file, a run, or the source."""
+    """--out may be new, empty, or a previous export that holds only what it wrote; never a
+    file, a downloaded HF folder, a run, the source, or a folder with files added to it."""
     src = os.path.abspath(source.removeprefix("hf:"))
     dst = os.path.abspath(out)
     if dst == src or src.startswith(dst + os.sep) or dst.startswith(src + os.sep):
-        raise ValueError(f"--out={out} is, contains or lies inside the source {source}: "
-                         "choose a folder of its own")
-    if os.path.exists(dst) and not os.path.isdir(dst):
-        raise ValueError(f"--out={out} is a file; expected a folder to write")
-    if os.path.isdir(dst) and os.listdir(dst) and not is_export(dst):
-        raise ValueError(f"--out={out} is a non-empty folder that is not a previous export; "
-                         "refusing to replace it (choose a new or empty folder)")
+        raise errors.NotOurs(f"--out={out} is, contains or lies inside the source {source}: "
+                             "choose a folder of its own")
+    if errors.check_output(dst, KIND, "--out") != "ours":
+        return
+    added = errors.foreign_files(dst, errors.read_marker(dst).get("files", []))
+    if added:
+        shown = ", ".join(added[:5]) + (f", ... ({len(added)} files)" if len(added) > 5 else "")
+        raise errors.NotOurs(f"--out={out} is a previous export, but holds files it did not "
+                             f"write ({shown}); nothing was replaced: move them away or choose "
+                             "another --out")
 
 
 def export(source: str, out: str, fmt: str = "transformers", family: str = "") -> dict:
     """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders'}."""
     if fmt not in FORMATS:
-        raise ValueError(f"--format={fmt!r}; valid: {', '.join(FORMATS)}")
+        raise errors.UsageError(f"--format={fmt!r}; valid: {', '.join(FORMATS)}")
     check_out(source, out)
     p = sources.load(source)
     kind = head_kind(p, fmt)
@@ -205,8 +212,12 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
     pooling = pooling_of(p)
     if fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
         _pooler_dense(params)  # refuse before writing anything
-    tmp = out.rstrip("/") + ".partial"
-    shutil.rmtree(tmp, ignore_errors=True)
+    dst = os.path.abspath(out)
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    # A fresh hidden sibling (same file system: the swap below is a rename); never a
+    # fixed name such as OUT.partial, which may be somebody's folder.
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.partial-",
+                           dir=os.path.dirname(dst))
     try:
         written = hf.write_folder(tmp, family, cfg, params, kind, p.tokenizer, labels, problem,
                                   length, pooling)
@@ -218,24 +229,39 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
         if fmt == "sentence-transformers":
             write_sentence_transformers(tmp, params, cfg, pooling, length)
         _model_card(tmp, source, p, family, kind, written["architectures"][0], out)
-        if os.path.isdir(out):
-            shutil.rmtree(out)  # a previous export (check_out allowed nothing else)
-        os.replace(tmp, out)  # a folder at `out` is always complete
+        errors.mark_output(tmp, KIND, source=source, files=_written(tmp))
+        check_out(source, out)  # again: nothing may have been added meanwhile
+        _swap_in(tmp, dst)  # a folder at `out` is always complete
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"family": family, "kind": kind, "architecture": written["architectures"][0],
             "folders": folders}
 
 
+def _swap_in(tmp: str, dst: str) -> None:
+    """Puts tmp at dst; a previous export there is renamed aside first and removed only
+    once the new one is in place (a crash in between loses neither)."""
+    if not os.path.isdir(dst):
+        os.replace(tmp, dst)
+        return
+    if not os.listdir(dst):
+        os.rmdir(dst)  # an empty folder: nothing of anyone's
+        os.replace(tmp, dst)
+        return
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.old-", dir=os.path.dirname(dst))
+    os.rmdir(aside)
+    os.replace(dst, aside)
+    os.replace(tmp, dst)
+    shutil.rmtree(aside)  # the previous export: check_out found only its own files
+
+
+@errors.one_line_errors(name="export")
 def main(argv):
     del argv
     from absl import flags, logging
     f = flags.FLAGS
     if not f["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
-    try:
-        result = export(f.workdir, f.out, f.format, f.family)
-    except (Unrepresentable, FileNotFoundError, ValueError, OSError) as e:
-        raise SystemExit(f"export: {e}") from None
+    result = export(f.workdir, f.out, f.format, f.family)
     print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
           f"(family {result['family']}, head {result['kind']})")

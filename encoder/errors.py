@@ -1,0 +1,161 @@
+"""The user-facing side of failing: which errors are the user's to fix, how every command
+reports them (one `error: ...` line), and the rule that a command writes only into a
+folder it owns.
+
+* `UserFacing` marks an error class whose message is the whole story (a bad flag, file,
+  field or folder); `ValueError` and `OSError` are treated the same way (config
+  validation, corpus, task-file and run-identity errors all derive from ValueError).
+* `one_line_errors(main, resumable=...)` wraps a command's absl main: those errors end in
+  one `error: ...` line on stderr and exit 1 (the traceback behind --verbosity=1), an
+  absl usage error the same; Ctrl-C ends in one line and exit 75 (EX_TEMPFAIL: run the
+  same command again to resume) where the command resumes, else 130.
+* `check_output(folder, kind, ...)` / `mark_output(folder, kind)`: a command that writes a
+  folder writes only into one that is new, empty, or carries its own marker
+  (`.encoder-output.json`, kind = which command) from an earlier run of the same kind;
+  anything else is refused before a byte is written, naming what is there.
+"""
+import functools
+import json
+import os
+import sys
+import time
+
+STOPPED_EXIT_CODE = 75      # EX_TEMPFAIL: stopped, resumable, not finished
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT: stopped, nothing to resume
+MARKER = ".encoder-output.json"
+
+
+class UserFacing(Exception):
+    """Mixin: an error whose message says what to fix (no traceback needed)."""
+
+
+class UsageError(UserFacing, ValueError):
+    """A flag value that cannot work (out of range, contradictory, missing)."""
+
+
+class NotOurs(UserFacing, ValueError):
+    """An output folder this command did not write: it is never written into or deleted."""
+
+
+def is_user_facing(e: BaseException) -> bool:
+    return isinstance(e, (UserFacing, ValueError, OSError))
+
+
+def message(e: BaseException) -> str:
+    """The one line (or short block: a diff) a user reads."""
+    if isinstance(e, OSError) and not isinstance(e, UserFacing) and e.strerror:
+        where = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{where}"
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e) or type(e).__name__
+
+
+def _verbose() -> bool:
+    try:
+        from absl import flags
+        return flags.FLAGS.is_parsed() and flags.FLAGS["verbosity"].value >= 1
+    except Exception:  # flags not defined / not parsed: be quiet
+        return False
+
+
+def one_line_errors(main=None, *, resumable: bool = False, name: str = ""):
+    """Decorator for a command's absl main (see the module docstring)."""
+    if main is None:
+        return functools.partial(one_line_errors, resumable=resumable, name=name)
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        from absl import app
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            if _verbose():
+                raise
+            if resumable:
+                print("interrupted; run the same command again to resume", file=sys.stderr,
+                      flush=True)
+                raise SystemExit(STOPPED_EXIT_CODE) from None
+            print("interrupted", file=sys.stderr, flush=True)
+            raise SystemExit(INTERRUPTED_EXIT_CODE) from None
+        except app.UsageError as e:
+            if _verbose():
+                raise
+            raise SystemExit(f"error: {e}") from None
+        except Exception as e:  # noqa: BLE001 -- only the user-facing ones are shortened
+            if not is_user_facing(e) or _verbose():
+                raise
+            prefix = f"{name}: " if name else ""
+            raise SystemExit(f"error: {prefix}{message(e)}") from None
+    return wrapped
+
+
+# ------------------------------------------------------------------ owned output folders
+
+def read_marker(folder: str) -> dict | None:
+    try:
+        with open(os.path.join(folder, MARKER)) as f:
+            marker = json.load(f)
+        return marker if isinstance(marker, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _listing(folder: str, limit: int = 5) -> str:
+    names = sorted(os.listdir(folder))
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} entries)" if len(names) > limit else "")
+
+
+def check_output(folder: str, kind: str, flag: str = "--out", legacy=None) -> str:
+    """Refuses an output folder this command does not own; returns 'new', 'empty' or 'ours'.
+
+    legacy(folder) -> bool recognises an earlier run of this kind written before markers
+    existed (e.g. prepare's plan.json). Nothing is written here.
+    """
+    if not os.path.lexists(folder):
+        return "new"
+    if not os.path.isdir(folder):
+        raise NotOurs(f"{flag}={folder} is a file, not a folder; choose a folder to write")
+    if not os.listdir(folder):
+        return "empty"
+    marker = read_marker(folder)
+    if marker is not None and marker.get("kind") == kind:
+        return "ours"
+    if marker is not None:
+        raise NotOurs(f"{flag}={folder} holds the output of another command "
+                      f"({marker.get('kind')!r}, not {kind!r}); choose another folder")
+    if legacy is not None and legacy(folder):
+        return "ours"
+    raise NotOurs(f"{flag}={folder} is a non-empty folder this command did not write "
+                  f"({_listing(folder)}); nothing was written: choose a new or empty folder")
+
+
+def mark_output(folder: str, kind: str, **extra) -> None:
+    """Writes (atomically) the marker that makes `folder` this command's output."""
+    os.makedirs(folder, exist_ok=True)
+    old = read_marker(folder) or {}
+    record = {"kind": kind, "created": old.get("created", time.time()), "updated": time.time(),
+              "command": " ".join(sys.argv), **extra}
+    tmp = os.path.join(folder, f"{MARKER}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, os.path.join(folder, MARKER))
+
+
+def foreign_files(folder: str, written: list[str]) -> list[str]:
+    """Files under folder that are not in `written` (relative paths) nor the marker."""
+    mine = set(written) | {MARKER}
+    found = []
+    for root, _, names in os.walk(folder):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), folder)
+            if rel not in mine:
+                found.append(rel)
+    return sorted(found)
+
+
+def inside(path: str, folder: str) -> bool:
+    """path is folder or lies under it (absolute, symlinks resolved)."""
+    p, f = os.path.realpath(path), os.path.realpath(folder)
+    return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
