@@ -10,6 +10,8 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from encoder import errors
+
 config_flags.DEFINE_config_file("config", None, "experiment file[:arg]", lock_config=True)
 flags.DEFINE_string("workdir", None, "where checkpoints, metrics and the tokenizer go",
                     required=True)
@@ -75,16 +77,13 @@ def _run(argv):
 
 def main(argv):
     """_run, with the errors a user can act on reported in one line (no traceback)."""
-    from encoder.checkpoints.store import CheckpointError
-    from encoder.tasks.readers import TaskDataError
-    from encoder.train.workdir import RunMismatch, WorkdirBusy
-    try:
-        _run(argv)
-    except OSError as e:  # disk full, permissions, a missing file: the one real line
-        where = f": {e.filename}" if getattr(e, "filename", None) else ""
-        raise SystemExit(f"error: {e.strerror or e}{where}") from None
-    except (WorkdirBusy, RunMismatch, TaskDataError, CheckpointError) as e:
-        raise SystemExit(f"error: {e}") from None
+    errors.one_line_errors(_run, resumable=_resumable)(argv)
+
+
+def _resumable() -> bool:
+    """Ctrl-C outside the training loop: a pretraining or fine-tuning run resumes (75)."""
+    return FLAGS.config is not None and FLAGS.config.get("mode", "pretrain") in (
+        "pretrain", "finetune")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ import jax
 import orbax.checkpoint as ocp
 from absl import logging
 
+from encoder import errors
 
-class CheckpointError(RuntimeError):
+
+class CheckpointError(errors.UserFacing, RuntimeError):
     """No checkpoint of a run could be restored (each failure is named)."""
 
 

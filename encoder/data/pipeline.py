@@ -164,7 +164,8 @@ def _prepared_text(spec: str, data_cfg, valid_fraction: float, tok_path: str, ca
                    primary: bool, barrier: Callable[[str], None]) -> shards.PreparedCorpus:
     """Plain text (or 'stdlib') prepared once into cache/prepared-<plan fingerprint>."""
     s = _settings(data_cfg, valid_fraction)
-    units, _ = prepare.plan_units(spec, s)
+    units, _ = prepare.plan_units(spec, s, flag="--config.data." + (
+        "train_files" if spec in (data_cfg.train_files, prepare.STDLIB) else "valid_files"))
     fp = prepare.plan_fingerprint(spec, units, s, tokenizer_lib.load(tok_path).fingerprint())
     out = os.path.join(cache, f"prepared-{fp}")
     if primary and not shards.is_prepared(out):
@@ -186,7 +187,8 @@ def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,
     if primary and not os.path.exists(path):
         held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
         s = _settings(data_cfg, held_out)
-        units, _ = prepare.plan_units(data_cfg.train_files or prepare.STDLIB, s)
+        units, _ = prepare.plan_units(data_cfg.train_files or prepare.STDLIB, s,
+                                      flag="--config.data.train_files")
         prepare.train_tokenizer(units, s, path, vocab_size, data_cfg.tokenizer_type,
                                 data_cfg.tokenizer_sample_chars)
     barrier("tokenizer")

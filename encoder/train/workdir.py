@@ -22,13 +22,15 @@ import time
 
 from absl import logging
 
+from encoder import errors
 from encoder.checkpoints import store
+from encoder.data import corpus
 
 LOCK = "LOCK"
 RUN = "run.json"
 
 
-class WorkdirBusy(RuntimeError):
+class WorkdirBusy(errors.UserFacing, RuntimeError):
     """Another live process holds the workdir."""
 
 
@@ -186,6 +188,16 @@ def check_identity(workdir: str, config, mutable) -> list[str]:
             f"{workdir} holds a run with a different configuration; resuming would mix two "
             "runs. Changed:\n" + "\n".join(lines) + more + "\nUse a new --workdir (nothing "
             "was written to this one), or restore these values.")
+    if "data" in saved:  # runs recorded before data was part of the identity: not compared
+        new_data = data_identity(config, saved["data"])
+        lines = [f"  {k}: {line}" for k in sorted(set(saved["data"]) | set(new_data))
+                 for line in corpus.fingerprint_diff(saved["data"].get(k, {}),
+                                                     new_data.get(k, {}))]
+        if lines:
+            raise RunMismatch(
+                f"{workdir} holds a run on different data; resuming would mix two datasets "
+                "in one run. Changed:\n" + "\n".join(lines) + "\nUse a new --workdir "
+                "(nothing was written to this one), or restore the data.")
     allowed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
     for line in allowed:
         logging.warning("resuming with a changed setting: %s", line)
@@ -193,11 +205,32 @@ def check_identity(workdir: str, config, mutable) -> list[str]:
     return allowed
 
 
+# The config fields that name what a run reads; their content is part of its identity.
+DATA_FIELDS = ("data.train_files", "data.valid_files", "data.tokenizer", "data.train_file",
+               "data.dev_file", "data.test_file")
+
+
+def data_identity(config, previous: dict | None = None) -> dict:
+    """field -> fingerprint of what it names (encoder.data.corpus.fingerprint: a prepared
+    corpus by its manifest, files by name, size and content hash)."""
+    flat = flatten(config.to_dict())
+    previous = previous or {}
+    return {k: corpus.fingerprint(str(flat[k]), previous.get(k)) for k in DATA_FIELDS
+            if flat.get(k)}
+
+
 def record_identity(workdir: str, config) -> None:
-    """WORKDIR/run.json: the requested configuration a restart is compared with."""
+    """WORKDIR/run.json: the requested configuration (and its data's fingerprint) a
+    restart is compared with."""
     tmp = os.path.join(workdir, RUN + ".tmp")
+    try:
+        with open(os.path.join(workdir, RUN)) as f:
+            previous = json.load(f).get("data")
+    except (OSError, ValueError):
+        previous = None
     with open(tmp, "w") as f:
-        json.dump({"config": flatten(config.to_dict())}, f, indent=1, default=str)
+        json.dump({"config": flatten(config.to_dict()),
+                   "data": data_identity(config, previous)}, f, indent=1, default=str)
     os.replace(tmp, os.path.join(workdir, RUN))
 
 
