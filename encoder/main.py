@@ -87,4 +87,4 @@ def _resumable() -> bool:
 
 
 if __name__ == "__main__":
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)

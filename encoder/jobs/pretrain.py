@@ -5,10 +5,20 @@
 `build(config, workdir)` makes the whole run once (data, tokenizer, objective
 context, Trainer with its compiled step, evaluation function) without
 touching the caller's config; `train(config, workdir)` resumes or starts it
-and runs the shared loop (encoder/train/trainer.py).
+and runs the shared loop (encoder/train/trainer.py) once per phase.
+
+A run in phases (config.phases; encoder/train/phases.py) keeps one train state
+through all of them: each phase gets its own step (a new seq_len, masking rate or
+RoPE base recompiles it), data stream and held-out rows; the learning rate is the
+phases' schedules joined, built into the one optimizer. `init_state=full` starts
+a run from another run's checkpoint (init_from, init_step) with its optimizer
+state, step and data position: a decay from step N of a stable run, a context
+extension from a short run. With train.ema_decay > 0 the held-out metrics are
+also reported for the parameter EMA (eval_ema/...).
 """
 import dataclasses
 import os
+import types
 from typing import Any
 
 import jax
@@ -18,7 +28,8 @@ from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.eval import evaluators
 from encoder.objectives import objectives, pretraining
-from encoder.train import flops, optimizer, partitioning, trainer as trainer_lib
+from encoder.train import flops, optimizer, partitioning, phases as phases_lib
+from encoder.train import trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
 from encoder.train.trainer import report
 
@@ -28,7 +39,9 @@ MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval
            "train.grad_accum_steps",  # the same global batch, cut into other micro-batches
            "train.checkpoint_every", "train.keep_checkpoints", "train.progress",
            "train.peak_flops", "train.debug_nan_at_step", "data.cache_dir", "mesh",
-           "distributed", "model.attention_impl", "model.remat")
+           "distributed", "model.attention_impl", "model.remat",
+           "phases")  # appended phases only (phases.check_appended)
+INIT_STATES = ("params", "full")
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -42,6 +55,18 @@ def validate(config, num_devices: int | None = None) -> None:
     if config.train.eval_every and config.train.eval_batches <= 0:
         raise ValueError(f"train.eval_batches must be positive when eval_every > 0, got "
                          f"{config.train.eval_batches}")
+    if config.get("init_state", "params") not in INIT_STATES:
+        raise ValueError(f"Unknown init_state {config.init_state!r}; valid names: "
+                         f"{', '.join(INIT_STATES)}")
+    if config.get("init_state", "params") == "full" and (
+            not config.init_from or config.init_from.startswith("hf:")):
+        raise ValueError("init_state=full continues another run of this codebase: init_from "
+                         f"must be its workdir, got {config.init_from!r}")
+    plan = phases_lib.validate(config)
+    if config.get("phases"):
+        for ph in plan.phases:
+            objectives.validate(ph.config)
+            trainer_lib.check_train_config(ph.config.train, num_devices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,9 +76,23 @@ class Run:
     workdir: str
     mesh: Any
     tokenizer: Any
-    ctx: Any                  # objectives.ObjectiveContext
+    ctx: Any                  # objectives.ObjectiveContext (the first phase's)
     trainer: trainer_lib.Trainer
     train_rows: Any           # random-access row sources (encoder.data.pipeline)
+    valid_rows: Any
+    eval_fn: Any
+    flops_per_step: float
+    plan: Any = None          # phases.Plan (one phase "main" when none is declared)
+    most_frequent_id: int = 5
+
+
+@dataclasses.dataclass(frozen=True)
+class PhaseRun:
+    """One phase's pieces: its config, step(s), data and evaluation (the state is the run's)."""
+    phase: Any                # phases.Phase
+    config: Any
+    trainer: Any              # a view of the run's Trainer with this phase's step_fn
+    train_rows: Any
     valid_rows: Any
     eval_fn: Any
     flops_per_step: float
@@ -66,14 +105,20 @@ def _barrier(name: str) -> None:
         multihost_utils.sync_global_devices(name)
 
 
+def _open_data(cfg, workdir: str):
+    return pipeline.open_pretraining_data(cfg.data, workdir, cfg.model.vocab_size,
+                                          cfg.pair_task, cfg.seed,
+                                          primary=jax.process_index() == 0, barrier=_barrier)
+
+
 def build(config, workdir: str, devices=None) -> Run:
-    """The run, built once: data, tokenizer, objective, trainer and evaluation."""
+    """The run, built once: data, tokenizer, objective, trainer and evaluation (for a run in
+    phases: the first phase's, with the optimizer of all of them)."""
     config = config.copy_and_resolve_references()  # never mutate the caller's config
     mesh = partitioning.make_mesh(config.mesh, devices)
     validate(config, mesh.devices.size)
-    data = pipeline.open_pretraining_data(config.data, workdir, config.model.vocab_size,
-                                          config.pair_task, config.seed,
-                                          primary=jax.process_index() == 0, barrier=_barrier)
+    first = phases_lib.plan(config).phases[0].config
+    data = _open_data(first, workdir)
     logging.info("data: %s", data.description)
     if data.valid is None and config.train.eval_every:
         raise ValueError(f"no held-out document to evaluate on ({data.description}): raise "
@@ -85,22 +130,96 @@ def build(config, workdir: str, devices=None) -> Run:
         logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
                         config.model.vocab_size, tok.vocab_size)
         config.model.vocab_size = tok.vocab_size
-    step = pretraining.build(config, tok, pretraining.most_frequent_token(data.token_counts,
-                                                                          tok.special_ids))
+    plan = phases_lib.plan(config)
+    first = plan.phases[0].config
+    if config.get("phases"):
+        config.train.num_steps = plan.total_steps  # derived: the phases' steps
+    mft = pretraining.most_frequent_token(data.token_counts, tok.special_ids)
+    step = pretraining.build(first, tok, mft)
+    tx = optimizer.make_optimizer(config.train, plan.schedule, plan.peak_learning_rate)
     trainer = trainer_lib.Trainer(
-        mesh, optimizer.make_optimizer(config.train), step.init_params, loss_fn=step.loss_fn,
-        prepare=step.prepare, seed=config.seed, grad_accum=config.train.grad_accum_steps,
+        mesh, tx, step.init_params, loss_fn=step.loss_fn,
+        prepare=step.prepare, seed=config.seed, grad_accum=first.train.grad_accum_steps,
         nan_at_step=config.train.debug_nan_at_step)
     return Run(config, workdir, mesh, tok, step.ctx, trainer, data.train, data.valid,
-               trainer.jit_eval(step.eval_step), flops.config_train_flops_per_step(config))
+               trainer.jit_eval(step.eval_step), flops.config_train_flops_per_step(first),
+               plan, mft)
 
 
-def held_out(run: Run) -> evaluators.HeldOut:
-    """The held-out evaluator: eval_batches fixed batches with fixed masks."""
+class _PhaseTrainer:
+    """What run_loop reads of a Trainer (step_fn, shard), with one phase's step. A phase
+    with varying rows per step (batch-size warmup) gets one compiled step per row count,
+    each accumulating rows / micro micro-batches (jit compiles each shape once)."""
+
+    def __init__(self, trainer, step_pieces, phase, nan_at_step: int):
+        self.mesh, self.tx, self.shardings = trainer.mesh, trainer.tx, trainer.shardings
+        self.shard = trainer.shard
+        self._pieces, self._phase, self._nan = step_pieces, phase, nan_at_step
+        self._fns: dict[int, Any] = {}
+        self.grad_accum = phase.config.train.grad_accum_steps
+
+    def _fn(self, accum: int):
+        if accum not in self._fns:
+            self._fns[accum] = trainer_lib.jit_step(trainer_lib.make_step(
+                self._pieces.loss_fn, self.tx, self._pieces.prepare, accum, self._nan),
+                self.shardings, self.mesh)
+        return self._fns[accum]
+
+    def step_fn(self, state, batch, rng):
+        rows = batch["input_ids"].shape[0]
+        accum = (self.grad_accum if rows == self._phase.config.train.batch_size
+                 else rows // self._phase.micro)
+        return self._fn(accum)(state, batch, rng)
+
+
+def build_phase(run: Run, phase) -> PhaseRun:
+    """A phase's step, data and evaluation over the run's state and optimizer."""
+    cfg = phase.config
+    if phase.index == 0:
+        data = types.SimpleNamespace(train=run.train_rows, valid=run.valid_rows)
+        pieces = None
+    else:
+        data = _open_data(cfg, run.workdir)
+        if data.tokenizer.vocab_size != cfg.model.vocab_size:
+            raise ValueError(f"phase {phase.name!r}: its data's tokenizer has "
+                             f"{data.tokenizer.vocab_size} tokens, the model "
+                             f"{cfg.model.vocab_size}")
+        if data.valid is None and cfg.train.eval_every:
+            raise ValueError(f"phase {phase.name!r}: no held-out document to evaluate on")
+    pieces = pretraining.build(cfg, run.tokenizer, run.most_frequent_id)
+    if phase.index == 0 and not phase.warmup_rows and phase.fetch == cfg.train.batch_size:
+        trainer, eval_fn = run.trainer, run.eval_fn
+    else:
+        trainer = _PhaseTrainer(run.trainer, pieces, phase, run.config.train.debug_nan_at_step)
+        eval_fn = run.trainer.jit_eval(pieces.eval_step)
+    return PhaseRun(phase, cfg, trainer, data.train, data.valid, eval_fn,
+                    flops.config_train_flops_per_step(cfg))
+
+
+def held_out(run, prefix: str = "eval/") -> evaluators.HeldOut:
+    """The held-out evaluator: eval_batches fixed batches with fixed masks (a Run or a
+    PhaseRun: the phase's seq_len and batch size)."""
     cfg = run.config
     return evaluators.HeldOut(run.eval_fn, run.valid_rows, cfg.train.batch_size,
                               cfg.train.eval_batches,
-                              objectives.OBJECTIVES[cfg.objective].eval_keys, run.trainer.shard)
+                              objectives.OBJECTIVES[cfg.objective].eval_keys, run.trainer.shard,
+                              prefix=prefix)
+
+
+def _evaluate(prun: PhaseRun):
+    """The loop's evaluation: held-out metrics of the parameters, and of their EMA."""
+    if prun.valid_rows is None:
+        return None
+    on_params = evaluators.as_callback([held_out(prun)])
+    on_ema = held_out(prun, prefix="eval_ema/")
+
+    def evaluate(state, step: int, last: dict) -> dict:
+        out = on_params(state, step, last)
+        ema = optimizer.ema_params(state.opt_state)
+        if ema is not None:
+            out.update(on_ema(ema, step))
+        return out
+    return evaluate
 
 
 def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
@@ -114,9 +233,28 @@ def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
     return line
 
 
-def load_init_params(init_from: str, params, shardings):
-    """Copies the subtrees an init source has (a workdir, params folder or hf:DIR) into params."""
-    return sources.merge_params(params, sources.load(init_from).params, shardings)
+def load_init_params(init_from: str, params, shardings, step: int = -1):
+    """Copies the subtrees an init source has (a workdir, params folder or hf:DIR) into params
+    (a workdir's checkpoint at `step`, -1: its newest)."""
+    if step >= 0:
+        loaded = _checkpoint_at(init_from, step, None)[0]["params"]
+    else:
+        loaded = sources.load(init_from).params
+    return sources.merge_params(params, loaded, shardings)
+
+
+def _checkpoint_at(workdir: str, step: int, abstract):
+    """(state, data_state, meta, step) of another run's checkpoint (-1: its newest)."""
+    if not store.has_checkpoint(workdir):
+        raise FileNotFoundError(f"init_from={workdir!r}: no checkpoint in its workdir")
+    mngr = store.manager(workdir, create=False)
+    try:
+        if step >= 0 and step not in mngr.all_steps():
+            raise FileNotFoundError(f"init_from={workdir!r} has no checkpoint at init_step="
+                                    f"{step} (it has {sorted(mngr.all_steps())})")
+        return store.restore(mngr, abstract, step=None if step < 0 else step, set_aside=False)
+    finally:
+        mngr.close()
 
 
 def train(config, workdir: str, devices=None) -> dict:
@@ -125,49 +263,93 @@ def train(config, workdir: str, devices=None) -> dict:
             config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
         raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
+        phases_lib.check_appended(workdir, config)
         result = _train(config, workdir, devices)
         if not result.get("stopped") and jax.process_index() == 0:
             workdir_lib.record_finished(workdir, step=result["step"])
         return result
 
 
+def _start_full(run: Run, workdir: str):
+    """init_state=full: the run's initial state is the source's checkpoint (params,
+    optimizer state, step); returns its (data_state, step) or (None, None)."""
+    cfg = run.config
+    if cfg.get("init_state", "params") != "full" or store.has_checkpoint(workdir):
+        return None, None
+    run.trainer.initial_state = None  # freed before the source's state is read
+    state, data_state, _, step = _checkpoint_at(cfg.init_from, cfg.get("init_step", -1),
+                                                run.trainer.abstract_state())
+    run.trainer.initial_state = state
+    report(f"starting from {cfg.init_from} at step {step} (parameters, optimizer state and "
+           "data position)")
+    return data_state, step
+
+
 def _train(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
-    cfg = run.config
-    init = (lambda p, s: load_init_params(cfg.init_from, p, s)) if cfg.init_from else None
+    cfg, plan = run.config, run.plan
+    init = None
+    if cfg.init_from and cfg.get("init_state", "params") == "params":
+        init = lambda p, s: load_init_params(cfg.init_from, p, s,  # noqa: E731
+                                             cfg.get("init_step", -1))
+    source_data, _ = _start_full(run, workdir)
     mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
                                                cfg.train.keep_checkpoints, init)
-    state, data_state = start.state, start.data_state
-    if start.step is not None and start.step >= cfg.train.num_steps:
-        report(f"{workdir} already holds a finished run (step {start.step} of "
-               f"{cfg.train.num_steps}); raise train.num_steps to train further")
+    state = start.state
+    data_state = start.data_state if start.step is not None else source_data
+    step0 = int(state.step)
+    if step0 >= plan.total_steps:
+        report(f"{workdir} already holds a finished run (step {step0} of "
+               f"{plan.total_steps}); raise train.num_steps"
+               + (" or append a phase" if cfg.get("phases") else "") + " to train further")
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
-    report(data_passes(len(run.train_rows), cfg.train.num_steps, cfg.train.batch_size,
-                       cfg.data.seq_len))
-    it = pipeline.batch_iterator(run.train_rows, cfg.train.batch_size, seed=cfg.seed,
-                                 process_index=jax.process_index(),
-                                 process_count=jax.process_count())
-    if data_state is not None:
-        it.set_state(data_state)
-    opts = trainer_lib.LoopOptions(
-        num_steps=cfg.train.num_steps, log_every=cfg.train.log_every,
-        checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
-        tokens_per_step=cfg.train.batch_size * cfg.data.seq_len,
-        flops_per_step=run.flops_per_step,
-        peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
-        learning_rate=optimizer.learning_rate_schedule(cfg.train),
-        progress=cfg.train.progress, seed=cfg.seed)
+    if cfg.get("phases"):
+        for line in plan.describe():
+            report(line)
+    last: dict = {}
+    it, it_stream = None, None
+    restored_meta = start.meta
     try:
-        state, last = trainer_lib.run_loop(
-            run.trainer, state, it, mngr, writer, opts,
-            evaluate=evaluators.as_callback([held_out(run)] if run.valid_rows is not None
-                                            else []),
-            meta={"objective": cfg.objective}, restored_meta=start.meta)
+        for phase in plan.phases[plan.index_at(step0):]:
+            if step0 >= phase.end:  # a finished run: nothing left
+                break
+            prun = build_phase(run, phase)
+            pc = prun.config
+            if phase.index == plan.index_at(step0) or not cfg.get("phases"):
+                report(data_passes(len(prun.train_rows), phase.steps, pc.train.batch_size,
+                                   pc.data.seq_len))
+            if it is None or it_stream != phase.stream:
+                it = pipeline.batch_iterator(prun.train_rows, phase.fetch,
+                                             seed=phases_lib.stream_seed(cfg.seed, phase),
+                                             process_index=jax.process_index(),
+                                             process_count=jax.process_count())
+                it_stream = phase.stream
+                if data_state is not None and phases_lib.resumes_stream(phase, step0, plan):
+                    it.set_state(data_state)
+            data_state = None  # only the first phase of this process resumes a position
+            opts = trainer_lib.LoopOptions(
+                num_steps=phase.end, log_every=cfg.train.log_every,
+                checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
+                tokens_per_step=pc.train.batch_size * pc.data.seq_len,
+                flops_per_step=prun.flops_per_step,
+                peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
+                learning_rate=plan.schedule, progress=cfg.train.progress, seed=cfg.seed)
+            state, last = trainer_lib.run_loop(
+                prun.trainer, state, phases_lib.Batches(it, phase, int(state.step)), mngr,
+                phases_lib.PhaseWriter(writer, phase, plan), opts, evaluate=_evaluate(prun),
+                meta={"objective": cfg.objective, "phase": phase.name,
+                      "phase_index": phase.index}, restored_meta=restored_meta)
+            restored_meta = None
+            step0 = int(state.step)
+            if last.pop("signalled", False):
+                last["stopped"] = step0 < plan.total_steps
+                break
     finally:
         mngr.close()
         writer.close()
+    last.pop("signalled", None)
     last["step"] = int(state.step)
     last["parameters"] = n_model
     return last

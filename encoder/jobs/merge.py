@@ -1,0 +1,203 @@
+"""Weight averages and checkpoint merging: many checkpoints in, one params folder out.
+
+    python -m encoder.merge --workdirs=A,B@2000,... --out=DIR [--method=average|weighted]
+        [--weights=0.5,0.3,0.2] [--last=K] [--tree=params|ema]
+
+Each entry is a pretraining workdir (its newest checkpoint), WORKDIR@STEP (that step),
+or, with --last=K, a workdir's K newest checkpoints (the steps of one run: a
+"latest weight average", Sanyal et al. 2023). The inputs must be one model: the same
+parameter tree and shapes, the same model config (runtime fields aside: attention
+kernel, remat, layer scan) and the same tokenizer (by content); anything else is refused
+with what differs. --tree=ema averages the runs' parameter EMAs (train.ema_decay > 0)
+instead of their parameters, which is how an EMA becomes the exported or fine-tuned model.
+
+METHODS (one table):
+  average   the uniform mean, theta = (1/n) sum_i theta_i (model soups, Wortsman et
+            al. 2022; NeoBERT's and mmBERT's merges of decay-phase variants)
+  weighted  sum_i w_i theta_i with --weights normalised to sum 1
+
+The output is a params folder (model_config.json + params/ + tokenizer/ + merge.json
+naming every input), which is a valid init_from for pretraining, fine-tuning,
+evaluation and export (encoder/checkpoints/sources.py).
+"""
+import hashlib
+import json
+import os
+from typing import Callable
+
+import jax
+import ml_collections
+import numpy as np
+
+from encoder import registry
+from encoder.checkpoints import sources, store
+
+RUNTIME_FIELDS = ("attention_impl", "remat", "scan_layers", "dtype")  # not part of the weights
+TREES = ("params", "ema")
+
+
+def _average(trees: list, weights) -> dict:
+    w = np.full(len(trees), 1.0 / len(trees))
+    return _weighted(trees, w)
+
+
+def _weighted(trees: list, weights) -> dict:
+    w = np.asarray(weights, np.float64)
+    if len(w) != len(trees):
+        raise ValueError(f"--weights has {len(w)} values for {len(trees)} checkpoints")
+    if (w < 0).any() or w.sum() <= 0:
+        raise ValueError(f"--weights must be >= 0 with a positive sum, got {list(w)}")
+    w = w / w.sum()
+    # float64 accumulation: the mean of n float32 trees is exact to float32.
+    return jax.tree.map(lambda *xs: np.asarray(sum(wi * np.asarray(x, np.float64)
+                                                   for wi, x in zip(w, xs)),
+                                               np.asarray(xs[0]).dtype), *trees)
+
+
+# name -> (trees, weights) -> merged tree
+METHODS: dict[str, Callable] = {"average": _average, "weighted": _weighted}
+
+
+def parse_entries(workdirs: str, last: int = 0) -> list[tuple[str, int | None]]:
+    """'A,B@2000' -> [(A, None), (B, 2000)]; --last=K expands a bare A into its K newest."""
+    out = []
+    for item in filter(None, (s.strip() for s in workdirs.split(","))):
+        path, sep, step = item.rpartition("@") if "@" in item else (item, "", "")
+        if sep and not step.isdigit():
+            raise ValueError(f"--workdirs entry {item!r}: expected WORKDIR or WORKDIR@STEP")
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"--workdirs entry {item!r}: {path} is not a folder")
+        if sep:
+            out.append((path, int(step)))
+        elif last > 0:
+            mngr = store.manager(path, create=False)
+            steps = sorted(mngr.all_steps())[-last:]
+            mngr.close()
+            if not steps:
+                raise FileNotFoundError(f"{path}: no checkpoint")
+            out.extend((path, s) for s in steps)
+        else:
+            out.append((path, None))
+    if not out:
+        raise ValueError("--workdirs names no checkpoint")
+    return out
+
+
+def _tokenizer_fingerprint(folder: str, run_config) -> str:
+    """sha256 over the tokenizer's files (a sentencepiece model or a WordPiece folder)."""
+    configured = run_config.data.get("tokenizer", "") if run_config is not None else ""
+    for path in (os.path.join(folder, "tokenizer"), configured):
+        if path and os.path.exists(path):
+            h = hashlib.sha256()
+            files = ([path] if os.path.isfile(path) else
+                     sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs))
+            for f in files:
+                with open(f, "rb") as fh:
+                    h.update(os.path.basename(f).encode() + b"\0" + fh.read())
+            return h.hexdigest()
+    raise FileNotFoundError(f"{folder}: no tokenizer to compare")
+
+
+def _find_ema(opt_state, params):
+    """The EMA tree inside a restored optimizer state (any container form), or None."""
+    if isinstance(opt_state, dict):
+        if "ema" in opt_state and sources.shapes_match(opt_state["ema"], params):
+            return opt_state["ema"]
+        children = opt_state.values()
+    elif isinstance(opt_state, (list, tuple)):
+        if hasattr(opt_state, "ema") and sources.shapes_match(opt_state.ema, params):
+            return opt_state.ema
+        children = opt_state
+    else:
+        return None
+    for c in children:
+        found = _find_ema(c, params)
+        if found is not None:
+            return found
+    return None
+
+
+def load_checkpoint(workdir: str, step: int | None, tree: str = "params"):
+    """(run config, params or EMA tree, step) of one pretraining checkpoint."""
+    config_path = os.path.join(workdir, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"{workdir}: not a pretraining workdir (no config.json)")
+    with open(config_path) as f:
+        run = ml_collections.ConfigDict(json.load(f))
+    if run.get("mode", "pretrain") != "pretrain":
+        raise ValueError(f"{workdir}: a {run.mode} workdir; merge takes pretraining workdirs")
+    mngr = store.manager(workdir, create=False)
+    try:
+        if step is not None and step not in mngr.all_steps():
+            raise FileNotFoundError(f"{workdir}: no checkpoint at step {step} (it has "
+                                    f"{sorted(mngr.all_steps())})")
+        state, _, _, got = store.restore(mngr, step=step, set_aside=False)
+    finally:
+        mngr.close()
+    params = state["params"]
+    if tree == "ema":
+        ema = _find_ema(state["opt_state"], params)
+        if ema is None:
+            raise ValueError(f"{workdir}@{got}: the checkpoint keeps no parameter EMA (the run "
+                             "had train.ema_decay=0); use --tree=params")
+        params = ema
+    return run, params, got
+
+
+def _model_diff(a, b) -> list[str]:
+    fa = {k: v for k, v in a.to_dict().items() if k not in RUNTIME_FIELDS}
+    fb = {k: v for k, v in b.to_dict().items() if k not in RUNTIME_FIELDS}
+    return [f"model.{k}: {fa.get(k, '<absent>')!r} vs {fb.get(k, '<absent>')!r}"
+            for k in sorted(set(fa) | set(fb)) if fa.get(k, "<absent>") != fb.get(k, "<absent>")]
+
+
+def _shape_diff(a, b, path="") -> str | None:
+    if isinstance(a, dict) or isinstance(b, dict):
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            return path or "/"
+        for k in sorted(set(a) | set(b)):
+            if k not in a or k not in b:
+                return f"{path}/{k} (only in one)"
+            d = _shape_diff(a[k], b[k], f"{path}/{k}")
+            if d:
+                return d
+        return None
+    if tuple(np.shape(a)) != tuple(np.shape(b)):
+        return f"{path}: {tuple(np.shape(a))} vs {tuple(np.shape(b))}"
+    return None
+
+
+def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
+          last: int = 0, tree: str = "params") -> dict:
+    """Merges the checkpoints into the params folder `out`; returns merge.json's record."""
+    merge_fn = registry.lookup(METHODS, method, "merge method")
+    registry.lookup({t: t for t in TREES}, tree, "merge tree")
+    entries = parse_entries(workdirs, last)
+    if method == "weighted" and not weights:
+        raise ValueError("--method=weighted needs --weights (one per checkpoint)")
+    w = [float(x) for x in weights.split(",")] if weights else [1.0] * len(entries)
+    runs, trees, tokens, used = [], [], [], []
+    for path, step in entries:
+        run, params, got = load_checkpoint(path, step, tree)
+        runs.append(run)
+        trees.append(params)
+        tokens.append(_tokenizer_fingerprint(path, run))
+        used.append({"workdir": os.path.abspath(path), "step": int(got)})
+    for i in range(1, len(entries)):
+        name = f"{entries[i][0]}@{used[i]['step']} and {entries[0][0]}@{used[0]['step']}"
+        diff = _model_diff(runs[i].model, runs[0].model)
+        if diff:
+            raise ValueError(f"cannot merge {name}: different models:\n  " + "\n  ".join(diff))
+        shape = _shape_diff(trees[i], trees[0])
+        if shape:
+            raise ValueError(f"cannot merge {name}: parameter shapes differ at {shape}")
+        if tokens[i] != tokens[0]:
+            raise ValueError(f"cannot merge {name}: different tokenizers (the same token ids "
+                             "would mean different text)")
+    merged = merge_fn(trees, w)
+    record = {"method": method, "tree": tree, "inputs": used,
+              "weights": list(np.asarray(w) / np.sum(w))}
+    # The tokenizer first: save_params writes model_config.json last (a complete folder).
+    sources._tokenizer_in(entries[0][0], runs[0]).save(os.path.join(out, "tokenizer"))
+    store.save_params(out, merged, runs[0].model, extra={"merge.json": record})
+    return record
