@@ -4,4 +4,6 @@ from absl import app
 from encoder.studies import ablation
 
 if __name__ == "__main__":
-    app.run(ablation.main)
+    from encoder import errors
+    app.run(errors.one_line_errors(ablation.main, resumable=True),
+            flags_parser=errors.parse_flags)

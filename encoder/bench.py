@@ -122,4 +122,5 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    from encoder import errors
+    app.run(errors.one_line_errors(main), flags_parser=errors.parse_flags)

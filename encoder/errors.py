@@ -59,8 +59,9 @@ def _verbose() -> bool:
         return False
 
 
-def one_line_errors(main=None, *, resumable: bool = False, name: str = ""):
-    """Decorator for a command's absl main (see the module docstring)."""
+def one_line_errors(main=None, *, resumable=False, name: str = ""):
+    """Decorator for a command's absl main (see the module docstring); resumable: a bool,
+    or a function of nothing read at the interrupt (e.g. the config's mode)."""
     if main is None:
         return functools.partial(one_line_errors, resumable=resumable, name=name)
 
@@ -72,7 +73,7 @@ def one_line_errors(main=None, *, resumable: bool = False, name: str = ""):
         except KeyboardInterrupt:
             if _verbose():
                 raise
-            if resumable:
+            if resumable() if callable(resumable) else resumable:
                 print("interrupted; run the same command again to resume", file=sys.stderr,
                       flush=True)
                 raise SystemExit(STOPPED_EXIT_CODE) from None
@@ -159,3 +160,25 @@ def inside(path: str, folder: str) -> bool:
     """path is folder or lies under it (absolute, symlinks resolved)."""
     p, f = os.path.realpath(path), os.path.realpath(folder)
     return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flags_parser for app.run: a bad flag, flag value or config override (an
+    unknown field, a value of the wrong type) in one `error: ...` line, exit 1."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        raise SystemExit(f"error: {_one_line(str(e))} (--helpshort lists the flags)") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
+        if "--verbosity=1" in argv or "-v=1" in argv:
+            raise
+        text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+        raise SystemExit(f"error: a --config override: {_one_line(text)}") from None
+
+
+def _one_line(text: str) -> str:
+    text = text.strip()
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr'd KeyError
+        text = text[1:-1].replace("\\n", "\n").replace("\\'", "'")
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())

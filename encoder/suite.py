@@ -89,4 +89,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    from encoder import errors
+    app.run(errors.one_line_errors(main, resumable=True), flags_parser=errors.parse_flags)

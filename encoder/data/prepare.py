@@ -712,4 +712,4 @@ def define_flags():
 if __name__ == "__main__":
     from absl import app
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=errors.parse_flags)

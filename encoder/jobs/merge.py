@@ -29,7 +29,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from encoder import registry
+from encoder import errors, registry
 from encoder.checkpoints import sources, store
 
 RUNTIME_FIELDS = ("attention_impl", "remat", "scan_layers", "dtype")  # not part of the weights
@@ -173,6 +173,12 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
     merge_fn = registry.lookup(METHODS, method, "merge method")
     registry.lookup({t: t for t in TREES}, tree, "merge tree")
     entries = parse_entries(workdirs, last)
+    # --out is new, empty or an earlier merge's (merge.json): never a run or any other folder
+    errors.check_output(out, "merge", "--out",
+                        legacy=lambda d: os.path.isfile(os.path.join(d, "merge.json")))
+    for path, _ in entries:
+        if errors.inside(out, path) or errors.inside(path, out):
+            raise errors.NotOurs(f"--out={out} is, contains or lies inside the input {path}")
     if method == "weighted" and not weights:
         raise ValueError("--method=weighted needs --weights (one per checkpoint)")
     w = [float(x) for x in weights.split(",")] if weights else [1.0] * len(entries)
@@ -197,6 +203,7 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
     merged = merge_fn(trees, w)
     record = {"method": method, "tree": tree, "inputs": used,
               "weights": list(np.asarray(w) / np.sum(w))}
+    errors.mark_output(out, "merge")
     # The tokenizer first: save_params writes model_config.json last (a complete folder).
     sources._tokenizer_in(entries[0][0], runs[0]).save(os.path.join(out, "tokenizer"))
     store.save_params(out, merged, runs[0].model, extra={"merge.json": record})
