@@ -63,7 +63,12 @@ def parse_sweep(spec: str) -> tuple[str, list]:
     field, sep, values = spec.partition("=")
     if not sep or not values:
         raise ValueError(f"--sweep={spec!r}: expected field=v1,v2,...")
-    return field.strip(), [jobconfig.coerce(v.strip()) for v in values.split(",") if v.strip()]
+    found = [jobconfig.coerce(v.strip()) for v in values.split(",") if v.strip()]
+    repeated = sorted({str(v) for v in found if found.count(v) > 1})
+    if repeated:  # one run reported as two seeds with spread 0
+        raise ValueError(f"--sweep={spec!r} repeats {', '.join(repeated)}: give each value once "
+                         "(use --seeds for repeats)")
+    return field.strip(), found
 
 
 def expand(sweeps: list[tuple[str, list]], zipped: bool) -> list[dict]:
@@ -241,6 +246,9 @@ def separation(table, metric: str) -> None:
         se = math.sqrt(e[f"{metric}_std"] ** 2 / e["seeds"] + best[f"{metric}_std"] ** 2 /
                        best["seeds"])
         e["gap_to_best"] = gap
+        if min(e["seeds"], best["seeds"]) < 2:  # one seed has no spread: no significance
+            e["gap_z"] = float("nan")
+            continue
         e["gap_z"] = abs(gap) / se if se > 0 else (0.0 if gap == 0 else float("inf"))
 
 
@@ -260,7 +268,8 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     lines += report.markdown_table(
         ["variant", "seeds", *show, "gap (z)"],
         [[e["variant"], e["seeds"], *[cell(e, k) for k in show],
-          f"{e['gap_to_best']:+.4f} ({e['gap_z']:.1f})"] for e in table])
+          f"{e['gap_to_best']:+.4f}" + (" (1 seed: no z)" if math.isnan(e["gap_z"]) else
+                                        f" ({e['gap_z']:.1f})")] for e in table])
     text = "\n".join(lines) + "\n"
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write(text)
