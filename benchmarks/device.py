@@ -24,7 +24,9 @@ DEVICE_PLAN = [
 
 def run():
     """Runs DEVICE_PLAN (bf16, 10 timed steps each), one subprocess per entry so a failing
-    backend cannot take the others down; prints every JSON row and a failure line per crash."""
+    backend cannot take the others down; prints every JSON row and a failure line per crash.
+    Exits non-zero when every entry failed (a benchmark that measured nothing)."""
+    failed = 0
     for flags_ in DEVICE_PLAN:
         cmd = [sys.executable, "-m", "encoder.bench", *flags_, "--dtype=bfloat16",
                f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
@@ -33,5 +35,9 @@ def run():
         for line in rows:
             print(json.dumps({"flags": " ".join(flags_), **json.loads(line)}), flush=True)
         if proc.returncode != 0 or not rows:
+            failed += 1
             print(json.dumps({"flags": " ".join(flags_), "failed": proc.returncode,
                               "stderr_tail": proc.stderr[-1500:]}), flush=True)
+    if failed == len(DEVICE_PLAN):
+        raise SystemExit(f"error: every configuration of the device benchmark failed "
+                         f"({failed} of {len(DEVICE_PLAN)}); see the stderr_tail rows")
