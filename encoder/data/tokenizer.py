@@ -110,7 +110,14 @@ class SentencePieceTokenizer(Tokenizer):
     def __init__(self, model_path: str):
         import sentencepiece as spm
         self.path = model_path
-        self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        if not os.path.isfile(model_path):
+            raise FileNotFoundError(2, "no such tokenizer (a sentencepiece .model file or a "
+                                    "HuggingFace tokenizer folder)", model_path)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_file=model_path)
+        except RuntimeError as e:  # sentencepiece reports a bad file as a RuntimeError
+            raise ValueError(f"{model_path}: not a sentencepiece model "
+                             f"({str(e).splitlines()[0]})") from None
         found = [self.sp.id_to_piece(i) for i in range(len(SPECIAL_TOKENS))]
         if tuple(found) != SPECIAL_TOKENS:
             raise ValueError(f"{model_path}: expected special pieces {SPECIAL_TOKENS} at ids 0-4, "
