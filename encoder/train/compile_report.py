@@ -197,18 +197,36 @@ def _computations(hlo: str) -> tuple[dict, str]:
     return comps, entry
 
 
+_CONSTANT = re.compile(r"\bs32\[\]\S*\s+constant\((\d+)\)")
+
+
+def _trip_count(line: str, comps: dict) -> int:
+    """A while loop's trip count: XLA's known_trip_count, else the bound its condition
+    compares the counter with (`counter < N`, what a scan over N groups lowers to; the TPU
+    compiler's loops carry no known_trip_count)."""
+    known = _TRIP.search(line)
+    if known:
+        return int(known.group(1))
+    cond = re.search(r"condition=%?([\w.\-]+)", line)
+    lines = comps.get(cond.group(1), []) if cond else []
+    bounds = [int(m.group(1)) for text in lines for m in [_CONSTANT.search(text)] if m]
+    if len(bounds) == 1 and any("direction=LT" in text for text in lines):
+        return bounds[0]
+    return 1  # unknown: counted once (the report then undercounts, never invents)
+
+
 def _multiplicities(comps: dict, entry: str) -> dict:
     """How many times each computation runs per step: while bodies (and conditions) times
-    their known trip count, every other call once per caller's run."""
+    their trip count, every other call once per caller's run."""
     edges = collections.defaultdict(list)  # caller -> [(callee, factor)]
     for name, lines in comps.items():
         for line in lines:
             op = _INSTRUCTION.match(line)
             if op and op.group(2).endswith("-done"):
                 continue  # async-done repeats its start's callee
-            trip = _TRIP.search(line)
+            trip = _trip_count(line, comps) if " while(" in line else 1
             for kind, targets in _CALLS.findall(line):
-                factor = int(trip.group(1)) if (trip and kind in ("body", "condition")) else 1
+                factor = trip if kind in ("body", "condition") else 1
                 for target in re.findall(r"%?([\w.\-]+)", targets):
                     if target in comps:
                         edges[name].append((target, factor))

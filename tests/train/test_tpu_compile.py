@@ -32,11 +32,19 @@ def _config(mesh, impl="splash"):
     return config
 
 
+def _compile(config, **kwargs):
+    """compile_report at the default matmul precision: conftest's process-wide `highest`
+    asks Mosaic for float32 contraction of bf16 operands, which it refuses ("Bad lhs
+    type") when the kernel is lowered; a TPU run does not set it."""
+    import jax
+    from encoder.train import compile_report
+    with jax.default_matmul_precision("default"):
+        return compile_report.compile_report(config, topology=TOPOLOGY, **kwargs)
+
+
 @pytest.fixture(scope="module")
 def rows():
-    from encoder.train import compile_report
-    return {name: compile_report.compile_report(_config(mesh), topology=TOPOLOGY)
-            for name, mesh in (("dp", (4, 1)), ("fsdp", (1, 4)))}
+    return {name: _compile(_config(mesh)) for name, mesh in (("dp", (4, 1)), ("fsdp", (1, 4)))}
 
 
 def test_splash_compiles_natively_per_chip_with_no_all_gather(rows):
@@ -66,9 +74,7 @@ def test_fsdp_gathers_parameters_and_saves_memory(rows):
 
 
 def test_the_fine_tuning_step_compiles_for_the_tpu_too():
-    from encoder.train import compile_report
-    row = compile_report.compile_report(_config((4, 1)), topology=TOPOLOGY, job="finetune",
-                                        task="classification")
+    row = _compile(_config((4, 1), impl="auto"), job="finetune", task="classification")
     assert row["job"] == "finetune" and row["platform"] == "tpu"
     assert row["attention_kernels"]["mosaic"] == 3 * LAYERS
     assert row["collectives"]["all-gather"]["count"] == 0
