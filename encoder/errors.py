@@ -47,8 +47,10 @@ def message(e: BaseException) -> str:
         where = f": {e.filename}" if e.filename else ""
         return f"{e.strerror}{where}"
     if isinstance(e, KeyError) and e.args:
-        return str(e.args[0])
-    return str(e) or type(e).__name__
+        return _one_line(str(e.args[0]))
+    if isinstance(e, UserFacing):  # ours: a diff keeps its lines
+        return str(e) or type(e).__name__
+    return _one_line(str(e)) or type(e).__name__
 
 
 def _verbose() -> bool:
@@ -178,7 +180,12 @@ def parse_flags(argv: list[str]) -> list[str]:
 
 
 def _one_line(text: str) -> str:
+    """A message as one line: a repr'd KeyError unquoted, an embedded traceback reduced to
+    its last line (ml_collections puts one inside a config file's error)."""
     text = text.strip()
+    if "Traceback (most recent call last)" in text:
+        head = text.split("Traceback (most recent call last)")[0].rstrip(": \n")
+        text = f"{head}: {text.splitlines()[-1].strip()}"
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr'd KeyError
         text = text[1:-1].replace("\\n", "\n").replace("\\'", "'")
     return " ".join(part.strip() for part in text.splitlines() if part.strip())

@@ -34,7 +34,7 @@ class WorkdirBusy(errors.UserFacing, RuntimeError):
     """Another live process holds the workdir."""
 
 
-class RunMismatch(ValueError):
+class RunMismatch(errors.UserFacing, ValueError):
     """A restart would mix two different runs in one workdir."""
 
 
