@@ -4,6 +4,11 @@
     finetune  python -m encoder.main --config=experiments/finetune.py:task=qa --workdir=DIR ...
     evaluate  python -m encoder.main --config=experiments/evaluate.py --config.init_from=CKPT ...
     embed     python -m encoder.main --config=experiments/embed.py --config.init_from=CKPT ...
+
+--launcher=slurm (--slurm_tasks=N --slurm_nodes=M ...) submits the same command as one
+SLURM job of N JAX processes, prints its id and follows it to its exit status (--detach:
+return at once); --launcher=tpu_vm --tpu=NAME --zone=Z starts it on every host of a
+TPU VM slice (encoder/studies/launchers/).
 """
 import json
 
@@ -11,6 +16,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from encoder import errors
+
+from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 
 config_flags.DEFINE_config_file("config", None, "experiment file[:arg]", lock_config=True)
 flags.DEFINE_string("workdir", None, "where checkpoints, metrics and the tokenizer go",
@@ -75,8 +82,19 @@ def _run(argv):
               f"all-original baseline {result['eval/rtd_baseline_accuracy']:.3f}")
 
 
+def _launch() -> None:
+    """--launcher=slurm|tpu_vm: this very command, less the launcher flags, as a job there."""
+    import sys
+    launcher = launcher_flags.make(job_name="encoder-main")
+    args = launcher_flags.strip(sys.argv[1:])
+    rc = launcher.run_job(args, FLAGS.workdir)
+    raise SystemExit(rc)
+
+
 def main(argv):
     """_run, with the errors a user can act on reported in one line (no traceback)."""
+    if FLAGS.launcher != "local":
+        _launch()
     errors.one_line_errors(_run, resumable=_resumable)(argv)
 
 

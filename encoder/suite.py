@@ -2,7 +2,8 @@
 
     python -m encoder.suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
         [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
-        [--probe | --probe_only] [--random_init] [--train_per_class=K]
+        [--probe | --probe_only] [--random_init] [--train_per_class=K] \\
+        [--launcher=local|slurm|tpu_vm --slurm_partition=P ... --detach]
     python -m encoder.suite --baseline=bow|majority [--tasks=DIR] --workdir=OUT \\
         [--only=...] [--train_per_class=K] [--max_train=N] [--max_eval=N] [--seeds=N]
 
@@ -17,6 +18,8 @@ the same data into the same files (encoder/studies/suite/baseline.py).
 import signal
 
 from absl import app, flags, logging
+
+from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
                     "folder, or hf:DIR (or give --baseline)")
@@ -79,11 +82,14 @@ def main(argv):
         embedding_pooling=f.embedding_pooling, max_train=f.max_train, max_eval=f.max_eval,
         train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
         finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train,
-        probe_only=f.probe_only)
+        probe_only=f.probe_only, launcher=f.launcher,
+        launcher_options=launcher_flags.options(f.parallel, job_name="suite"))
     try:
         result = battery.run_suite(opts)
     except (TaskDataError, FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
+    if result.get("detached"):
+        return
     if result["failed"]:
         raise SystemExit(1)
 

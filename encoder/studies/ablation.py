@@ -6,6 +6,7 @@
         [--finetune=experiments/finetune.py:task=classification --finetune_data=TASK_DIR
          --finetune_set=train.learning_rate=1e-3]
         [--suite=TASKS_DIR|embedded --suite_arg=--preset=runlocal ...]
+        [--launcher=local|slurm|tpu_vm --slurm_partition=P --slurm_time=4:00:00 ... --detach]
 
 Each sweep is `field=v1,v2,...`, the field an experiment option (objective,
 position, ...) or a dotted config path (model.position, train.learning_rate).
@@ -16,7 +17,9 @@ DIR/runs/<variant>__seed<k>/ with its whole resolved config beside it
 (job_config.py), runs as its own `encoder.main` job through the study runner
 (encoder/studies/runner.py: at most --parallel at once locally), and is skipped
 when its job recorded that it finished; an interrupted run resumes from its
-checkpoint, a run whose configuration changed is moved aside and rerun. --equal_flops gives
+checkpoint, a run whose configuration changed is moved aside and rerun.
+--launcher=slurm sends the runs as one job array (--parallel caps how many run
+at once; encoder/studies/launchers/slurm.py); the results are the same files. --equal_flops gives
 every variant the first variant's compute budget (steps = budget / FLOPs per
 step), as the ELECTRA paper compares MLM and RTD.
 
@@ -37,7 +40,9 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from encoder.studies import jobconfig, launchers, report, runner
+from encoder import errors
+from encoder.studies import jobconfig, report, runner
+from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 from encoder.train import flops
 
 config_flags.DEFINE_config_file("config", None, "the base experiment file[:arg]",
@@ -169,15 +174,13 @@ def suite_run(run: dict, root: str, tasks: str, extra: list) -> str | None:
     return None if rc == 0 else f"the suite on {run['dir']} failed (exit {rc}); see {log}"
 
 
-def make_launcher(parallel: int):
-    return launchers.make("local", parallel=parallel)
-
-
-def execute(runs: list, launcher) -> None:
-    """Runs what is not done; every failure is reported (none hides another), then raised."""
+def execute(runs: list, launcher) -> bool:
+    """Runs what is not done; every failure is reported (none hides another), then raised.
+    False when the launcher returned before its runs ended (--detach, --dry_run)."""
     _, failures = runner.execute(runs, launcher)
     if failures:
         raise RuntimeError(runner.report_failures(failures))
+    return not launcher.detached
 
 
 # ----------------------------------------------------------------------------- results
@@ -302,26 +305,35 @@ def plot(rows, table, metric, root) -> None:
 def main(argv):
     del argv
     root = os.path.abspath(FLAGS.workdir)
-    os.makedirs(root, exist_ok=True)
+    # The study's folder: new, empty or an earlier ablation's (its marker, or its runs/);
+    # nothing is written before every check below has passed.
+    errors.check_output(root, "ablate", "--workdir",
+                        legacy=lambda d: os.path.isdir(os.path.join(d, "runs")))
     if FLAGS.seeds < 1 or FLAGS.parallel < 1:
         raise app.UsageError(f"--seeds and --parallel must be at least 1, got {FLAGS.seeds} "
                              f"and {FLAGS.parallel}")
     if FLAGS.finetune and not FLAGS.finetune_data:
         raise app.UsageError("--finetune needs --finetune_data")
+    for name in ("train.jsonl", "dev.jsonl") if FLAGS.finetune else ():
+        if not os.path.isfile(os.path.join(FLAGS.finetune_data, name)):  # before any run
+            raise app.UsageError(f"--finetune_data={FLAGS.finetune_data} has no {name}")
     sweeps = [parse_sweep(s) for s in FLAGS.sweep]
     planned = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
+    errors.mark_output(root, "ablate")
     print(f"{len(planned)} runs: " + ", ".join(r["dir"] for r in planned), flush=True)
-    launcher = make_launcher(FLAGS.parallel)
+    launcher = launcher_flags.make(FLAGS.parallel, job_name="ablate")
     try:
-        execute(pretraining_runs(planned, root), launcher)
-        if FLAGS.finetune:
-            execute(finetuning_runs(planned, root, FLAGS.finetune, FLAGS.finetune_data,
-                                    FLAGS.finetune_set), launcher)
+        if not execute(pretraining_runs(planned, root), launcher):
+            return  # detached or a dry run: the same command later waits and reports
+        if FLAGS.finetune and not execute(finetuning_runs(
+                planned, root, FLAGS.finetune, FLAGS.finetune_data, FLAGS.finetune_set),
+                launcher):
+            return
     except RuntimeError as e:
         raise SystemExit(f"error: {e}") from None
-    if FLAGS.suite:
-        failed = [f for f in (suite_run(r, root, FLAGS.suite, FLAGS.suite_arg)
-                              for r in planned) if f]
+    if FLAGS.suite:  # each suite sends its fine-tuning runs through the same launcher
+        extra = list(FLAGS.suite_arg) + launcher_flags.passthrough()
+        failed = [f for f in (suite_run(r, root, FLAGS.suite, extra) for r in planned) if f]
         if failed:
             raise SystemExit("error: " + "\n".join(failed))
     write_results([read_run(r, root) for r in planned], root)

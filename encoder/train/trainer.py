@@ -217,10 +217,16 @@ def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
     writer.drop_after(start.step or 0)
     if start.step is not None:
         report(f"resumed from {workdir} at step {start.step}")
+    topology = {"processes": jax.process_count(), "devices": int(trainer.mesh.devices.size),
+                "mesh": {k: int(v) for k, v in trainer.mesh.shape.items()}}
+    change = workdir_lib.shape_change(workdir, topology) if start.step is not None else None
+    if change:  # orbax restored the state into this mesh's shardings
+        report(f"resuming on another shape: {change}; the state was resharded and the data "
+               "iterator's position is global, so the run continues as it would have")
     if primary:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(resolved.to_json(indent=2))
-        workdir_lib.record_identity(workdir, requested)
+        workdir_lib.record_identity(workdir, requested, topology)
     return mngr, writer, start
 
 

@@ -219,9 +219,28 @@ def data_identity(config, previous: dict | None = None) -> dict:
             if flat.get(k)}
 
 
-def record_identity(workdir: str, config) -> None:
+def describe_topology(t: dict) -> str:
+    mesh = " x ".join(f"{k}={v}" for k, v in t.get("mesh", {}).items())
+    return (f"{t.get('devices')} device(s) in {t.get('processes')} process(es)"
+            + (f" (mesh {mesh})" if mesh else ""))
+
+
+def shape_change(workdir: str, topology: dict) -> str | None:
+    """'A -> B' when the run in workdir last ran on another mesh or process count (not a
+    change of experiment: the state reshards on restore, the data position is global)."""
+    try:
+        with open(os.path.join(workdir, RUN)) as f:
+            old = json.load(f).get("topology")
+    except (OSError, ValueError):
+        return None
+    if not old or old == topology:
+        return None
+    return f"{describe_topology(old)} -> {describe_topology(topology)}"
+
+
+def record_identity(workdir: str, config, topology: dict | None = None) -> None:
     """WORKDIR/run.json: the requested configuration (and its data's fingerprint) a
-    restart is compared with."""
+    restart is compared with, and the topology it runs on (devices, processes, mesh)."""
     tmp = os.path.join(workdir, RUN + ".tmp")
     try:
         with open(os.path.join(workdir, RUN)) as f:
@@ -230,7 +249,8 @@ def record_identity(workdir: str, config) -> None:
         previous = None
     with open(tmp, "w") as f:
         json.dump({"config": flatten(config.to_dict()),
-                   "data": data_identity(config, previous)}, f, indent=1, default=str)
+                   "data": data_identity(config, previous),
+                   **({"topology": topology} if topology else {})}, f, indent=1, default=str)
     os.replace(tmp, os.path.join(workdir, RUN))
 
 

@@ -139,7 +139,7 @@ def test_an_interrupted_study_stops_its_children(tmp_path):
 
 def test_the_launcher_table_names_its_entries():
     assert isinstance(launchers.make("local", parallel=2), local.Local)
-    with pytest.raises(ValueError, match="valid names: local"):
+    with pytest.raises(ValueError, match="valid names: local, slurm, tpu_vm"):
         launchers.make("kubernetes")
 
 

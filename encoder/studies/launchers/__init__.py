@@ -3,12 +3,16 @@
 Each launcher has `run(runs, on_exit, log)`: start every run's
 `python -m encoder.main --config=WORKDIR/job_config.py --workdir=WORKDIR`,
 call on_exit(run) as each ends (its exit status is in WORKDIR/exit.json by
-then), and stop what it started if interrupted.
+then), and stop what it started if interrupted; `detached` says it returned
+before its runs ended (--detach, --dry_run): the study then writes no report.
+The SLURM and TPU VM launchers also have `run_job(args, workdir)`, which
+`python -m encoder.main --launcher=...` calls for one run. Their command-line
+flags are in flags.py, shared by encoder.main, encoder.ablate and encoder.suite.
 """
 from encoder import registry
-from encoder.studies.launchers import local
+from encoder.studies.launchers import local, slurm, tpu_vm
 
-LAUNCHERS = {"local": local.Local}
+LAUNCHERS = {"local": local.Local, "slurm": slurm.Slurm, "tpu_vm": tpu_vm.TpuVm}
 
 
 def make(name: str, **options):

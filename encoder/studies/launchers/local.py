@@ -20,6 +20,7 @@ class Local:
     parallel: int = 1
     env: dict | None = None        # the children's environment (default: this process's)
     stop_timeout: float = 120.0
+    detached = False
 
     def command(self, run) -> list[str]:
         return runner.job_command(run, sys.executable)

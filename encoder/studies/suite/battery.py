@@ -35,7 +35,7 @@ def launcher_options(opts: SuiteOptions) -> dict:
     """The launcher's options: local runs take --parallel and the children's environment."""
     if opts.launcher == "local":
         return {"parallel": opts.parallel, "env": opts.env}
-    return dict(opts.launcher_options or {})
+    return {**(opts.launcher_options or {}), **({"env": opts.env} if opts.env else {})}
 
 
 def run_suite(opts: SuiteOptions) -> dict:
@@ -78,6 +78,8 @@ def run_suite(opts: SuiteOptions) -> dict:
     first = [r for r in all_runs if not r.tags["after"]]
     launcher = launchers.make(opts.launcher, **launcher_options(opts))
     _, failures = runner.execute(first, launcher)
+    if launcher.detached:  # --detach / --dry_run: the same command later waits and reports
+        return {"detached": True, "failed": len(failures)}
     second = []
     for run in [r for r in all_runs if r.tags["after"]]:
         after = run.tags["after"]

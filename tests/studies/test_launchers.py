@@ -1,0 +1,128 @@
+"""The launchers' scripts and commands, as strings (no cluster needed: tests/e2e has one)."""
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from encoder.studies import launchers, runner
+from encoder.studies.launchers import slurm, tpu_vm
+
+from helpers import ROOT
+
+
+def _runs(n):
+    return [runner.make_run(f"r{i}", f"/shared/study/runs/r{i}", {"seed": i}) for i in range(n)]
+
+
+def test_a_study_is_one_job_array_with_a_cap():
+    s = slurm.Slurm(partition="gpu", account="lab", qos="low", time="4:00:00", nodes=2,
+                    tasks=8, gpus_per_node=4, cpus_per_task=8, mem="64G",
+                    sbatch=("--constraint=a100", "exclusive"), setup="module load cuda",
+                    parallel=3, signal_seconds=300)
+    script = s.array_script(_runs(5), "/shared/study/slurm/%A_%a.out")
+    for line in ["#SBATCH --partition=gpu", "#SBATCH --account=lab", "#SBATCH --qos=low",
+                 "#SBATCH --time=4:00:00", "#SBATCH --nodes=2", "#SBATCH --ntasks=8",
+                 "#SBATCH --gpus-per-node=4", "#SBATCH --cpus-per-task=8", "#SBATCH --mem=64G",
+                 "#SBATCH --signal=TERM@300", "#SBATCH --requeue", "#SBATCH --array=0-4%3",
+                 "#SBATCH --constraint=a100", "#SBATCH --exclusive", "module load cuda",
+                 "  4) WORKDIR=/shared/study/runs/r4 ;;",
+                 "  scontrol requeue ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} && exit 0"]:
+        assert line in script.splitlines(), line
+    srun = next(line for line in script.splitlines() if line.startswith("srun"))
+    assert '--config="$WORKDIR"/job_config.py --workdir="$WORKDIR"' in srun
+    assert "--config.distributed.coordinator_address=auto" in srun  # 8 JAX processes
+    assert "--array=0-4\n" in slurm.Slurm().array_script(_runs(5), "o")  # no cap
+    assert "coordinator_address" not in slurm.Slurm().array_script(_runs(1), "o")
+    assert "--signal" not in slurm.Slurm(signal_seconds=0).array_script(_runs(1), "o")
+
+
+def test_the_batch_script_runs_and_records_the_exit_status(tmp_path):
+    """The script's own logic under bash, with srun and scontrol stood in by shell functions."""
+    run = runner.make_run("r", str(tmp_path / "r"), {})
+    script = slurm.Slurm(python="python-standin").array_script([run], str(tmp_path / "o"))
+    for rc, requeued in ((0, False), (3, False), (75, True)):
+        fake = (f"srun() {{ echo srun \"$@\"; return {rc}; }}\n"
+                "scontrol() { echo scontrol \"$@\" > \"$WORKDIR\"/requeued; }\n")
+        body = script.replace("set -u\n", "set -u\n" + fake)
+        done = subprocess.run(["bash", "-c", body], capture_output=True, text=True,
+                              env={**os.environ, "SLURM_ARRAY_TASK_ID": "0",
+                                   "SLURM_ARRAY_JOB_ID": "7", "SLURM_JOB_ID": "8"})
+        exit_file = tmp_path / "r" / "exit.json"
+        if requeued:
+            assert done.returncode == 0 and not exit_file.exists()
+            assert (tmp_path / "r" / "requeued").read_text().split() == ["scontrol", "requeue",
+                                                                         "7_0"]
+        else:
+            import json
+            assert done.returncode == rc
+            assert json.loads(exit_file.read_text())["rc"] == rc
+            exit_file.unlink()
+    assert "srun --kill-on-bad-exit=1 python-standin -m encoder.main" in (
+        tmp_path / "r" / "run.log").read_text()
+
+
+def test_one_run_of_n_processes_is_one_job():
+    s = slurm.Slurm(tasks=4, nodes=2)
+    script = s.single_script(["--config=experiments/pretrain.py:size=base", "--workdir=/w x"],
+                             "/w x", "/w x/slurm/%j.out")
+    assert "#SBATCH --ntasks=4" in script and "#SBATCH --nodes=2" in script
+    assert "--array" not in script and f"cd {shlex.quote(os.getcwd())}" in script
+    assert "'--workdir=/w x' --config.distributed.coordinator_address=auto" in script
+    assert "  scontrol requeue $SLURM_JOB_ID && exit 0" in script
+
+
+def test_the_tpu_vm_command_starts_every_host():
+    t = tpu_vm.TpuVm(tpu="v4-32", zone="us-central2-b", project="lab",
+                     setup="source ~/venv/bin/activate", repo="/home/me/encoder")
+    cmd = t.command(["--config=experiments/pretrain.py:size=base", "--workdir=gs://b/run 1"])
+    assert shlex.join(cmd) == (
+        "gcloud compute tpus tpu-vm ssh v4-32 --zone=us-central2-b --project=lab --worker=all "
+        "'--command=cd /home/me/encoder && source ~/venv/bin/activate && python3 -m "
+        "encoder.main --config=experiments/pretrain.py:size=base '\"'\"'--workdir=gs://b/run "
+        "1'\"'\"' --config.distributed.coordinator_address=auto'")
+    with pytest.raises(ValueError, match="needs --tpu and --zone"):
+        tpu_vm.TpuVm().command([])
+    lines = []
+    t.dry_run = True
+    assert t.run_job(["--workdir=w"], "w", lines.append) == 0 and lines[0].startswith("gcloud")
+
+
+def test_the_launcher_table():
+    assert sorted(launchers.LAUNCHERS) == ["local", "slurm", "tpu_vm"]
+    assert isinstance(launchers.make("slurm", tasks=2), slurm.Slurm)
+    with pytest.raises(ValueError, match="valid names: local, slurm, tpu_vm"):
+        launchers.make("ray")
+
+
+def _env():
+    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+
+
+def test_main_and_ablate_print_their_scripts_in_a_dry_run(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+         f"--workdir={tmp_path / 'w'}", "--launcher=slurm", "--slurm_tasks=2",
+         "--slurm_partition=debug", "--dry_run", "--config.train.num_steps=3"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
+    assert out.returncode == 0, out.stderr
+    assert "(dry run: not submitted)" in out.stdout and "#SBATCH --ntasks=2" in out.stdout
+    srun = next(line for line in out.stdout.splitlines() if line.startswith("srun"))
+    assert "--config.train.num_steps=3" in srun and "--launcher" not in srun
+    assert "--dry_run" not in srun and "--slurm" not in srun
+    tpu = subprocess.run(
+        [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+         "--workdir=gs://b/w", "--launcher=tpu_vm", "--tpu=pod", "--zone=z", "--dry_run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
+    assert tpu.returncode == 0, tpu.stderr
+    assert "gcloud compute tpus tpu-vm ssh pod --zone=z --worker=all" in tpu.stdout
+    study = subprocess.run(
+        [sys.executable, "-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+         "--sweep=objective=mlm,rtd", f"--workdir={tmp_path / 's'}", "--launcher=slurm",
+         "--slurm_time=1:00:00", "--parallel=2", "--dry_run"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
+    assert study.returncode == 0, study.stderr
+    assert "#SBATCH --array=0-1%2" in study.stdout and "#SBATCH --time=1:00:00" in study.stdout
+    assert "objective=rtd__seed0" in study.stdout
+    assert not (tmp_path / "s" / "results.csv").exists()  # nothing ran: no report
