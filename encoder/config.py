@@ -209,8 +209,40 @@ OPTIONS = {
 }
 
 
+RUNLOCAL_PHASE_STEPS = 5
+
+
+def _runlocal_phase(p: dict, seq_len: int) -> dict:
+    """A phase at runlocal size: RUNLOCAL_PHASE_STEPS steps; its seq_len scaled as the base's
+    (to 64) but at most 512; about 512 tokens a step; a batch-size warmup over 3 steps'
+    worth of 2-row micro-batches; what it changes (lr, RoPE base, masking, data) kept."""
+    p = {k: (dict(v) if isinstance(v, dict) else v) for k, v in p.items()}
+    p.pop("tokens", None)
+    p["steps"] = RUNLOCAL_PHASE_STEPS
+    data, train = p.get("data", {}), p.get("train", {})
+    seq = 64
+    if "seq_len" in data:
+        seq = data["seq_len"] = min(512, max(64, 64 * int(data["seq_len"]) // max(seq_len, 1)))
+    if "batch_size" in train or "grad_accum_steps" in train:
+        train["batch_size"], train["grad_accum_steps"] = max(2, 512 // seq), 1
+    if train.get("batch_warmup_tokens"):
+        train.update(batch_size=8, grad_accum_steps=4, batch_warmup_start=2,
+                     batch_warmup_increment=2, batch_warmup_tokens=2 * 3 * 64 * 2)
+    if "warmup_steps" in train:
+        train["warmup_steps"] = min(int(train["warmup_steps"]), 2)
+    train.pop("decay_steps", None)
+    if train:
+        p["train"] = train
+    if data:
+        p["data"] = data
+    return p
+
+
 def runlocal(c: ml_collections.ConfigDict) -> None:
-    """Shrinks any experiment so it runs in seconds on a laptop CPU (and in tests)."""
+    """Shrinks any experiment so it runs in seconds on a laptop CPU (and in tests); a run
+    in phases keeps every phase, each a few steps long."""
+    if c.get("phases"):
+        c.phases = tuple(_runlocal_phase(dict(p), c.data.seq_len) for p in c.phases)
     _set_size(c, "tiny")
     if c.model.embedding_size:
         c.model.embedding_size = min(c.model.embedding_size, 64)
@@ -222,6 +254,10 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
     c.data.tokenizer_sample_chars = 300_000
     c.train.update(dict(num_steps=20, batch_size=8, warmup_steps=5, log_every=5, eval_every=20,
                         eval_batches=2, checkpoint_every=20, progress=False))
+    if c.get("phases"):
+        c.train.update(dict(warmup_steps=2, grad_accum_steps=1, batch_warmup_tokens=0,
+                            eval_every=RUNLOCAL_PHASE_STEPS,
+                            checkpoint_every=RUNLOCAL_PHASE_STEPS))
 
 
 def apply_options(config, options: dict, table: dict, kind: str = "experiment option"):

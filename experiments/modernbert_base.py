@@ -2,8 +2,29 @@
 local (128-token window, RoPE base 1e4) / global (every 3rd layer, RoPE base 1.6e5)
 attention, no attention norm on layer 0, bias-free MLM transform, 30% masking.
 Its parameters are exactly HF ModernBertForMaskedLM(ModernBertConfig())'s
-(tests/interop/test_modernbert.py): 149,655,232."""
+(tests/interop/test_modernbert.py): 149,655,232.
+
+Training as published (Warner et al. 2024 §2.2): StableAdamW (lr 8e-4, betas 0.9/0.98,
+eps 1e-6, fully decoupled weight decay 1e-5, its update clipping in place of gradient
+clipping), a trapezoidal schedule in three phases (PHASES): 1.72T tokens at 1,024 with a
+RoPE base of 1e4 and a batch-size warmup from 768 to 4,608 rows over 50B tokens; a
+context extension to 8,192 tokens with the global RoPE base at 1.6e5, 250B tokens at a
+constant 3e-4; a 50B-token 1-sqrt decay. The model fields are the released model's (the
+last phase's). `runlocal` keeps all three phases, a few steps each."""
 from encoder import config as config_lib
+
+# The extension's batch keeps the stable phase's ~4.7M tokens a step (576 x 8,192 rows);
+# the 3B-token lr warmup is ~3,000 steps at the warming-up batch sizes.
+PHASES = (
+    dict(name="stable", tokens=1_720_000_000_000, model=dict(rope_theta=10000.0),
+         train=dict(schedule="constant", grad_accum_steps=6, batch_warmup_tokens=50_000_000_000,
+                    batch_warmup_start=768, batch_warmup_increment=768)),
+    dict(name="extension", tokens=250_000_000_000, data=dict(seq_len=8192),
+         train=dict(learning_rate=3e-4, schedule="constant", warmup_steps=0, batch_size=576)),
+    dict(name="decay", tokens=50_000_000_000, data=dict(seq_len=8192),
+         train=dict(learning_rate=3e-4, schedule="wsd", warmup_steps=0, decay_fraction=1.0,
+                    decay_shape="1-sqrt", batch_size=576)),
+)
 
 
 def get_config(arg=None):
@@ -20,4 +41,7 @@ def get_config(arg=None):
     config.data.restart_positions = True
     config.train.update(dict(batch_size=4608, num_steps=400_000, learning_rate=8e-4,
                              warmup_steps=3000, weight_decay=1e-5))
+    config.train.update(dict(optimizer="stable_adamw", decoupled_weight_decay=True,
+                             clip_norm=0.0))
+    config.phases = PHASES
     return config_lib.finalize(config, arg)

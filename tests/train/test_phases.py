@@ -197,3 +197,36 @@ def test_batch_warmup_resumes_exactly(shared_data, tmp_path):
     cut = rows(str(tmp_path / "cut"))
     assert [x["step"] for x in cut] == [x["step"] for x in ref]
     np.testing.assert_array_equal([x["train/loss"] for x in cut], [x["train/loss"] for x in ref])
+
+
+# ----------------------------------------------------------------------------- recipes
+
+def _recipe(name, arg="runlocal"):
+    sys.path.insert(0, ROOT)
+    import importlib
+    return importlib.import_module(f"experiments.{name}").get_config(arg)
+
+
+@pytest.mark.parametrize("name,rates", [("modernbert_base", [0.3, 0.3, 0.3]),
+                                        ("mmbert_base", [0.3, 0.15, 0.05])])
+def test_phased_recipe_runs_all_its_phases_at_runlocal(name, rates, shared_data, tmp_path):
+    c = with_data(_recipe(name), shared_data)
+    c.train.update(dict(log_every=1, eval_batches=1))
+    result = pretrain.train(c, str(tmp_path), devices=jax.devices()[:1])
+    plan = phases.plan(c)
+    assert result["step"] == plan.total_steps == 15 and "eval/mlm_accuracy" in result
+    assert [ph.config.masking.rate for ph in plan.phases] == rates
+    assert [ph.config.data.seq_len for ph in plan.phases] == [64, 512, 512]
+    assert [ph.config.model.rope_theta for ph in plan.phases] == [1e4, 1.6e5, 1.6e5]
+    r = rows(str(tmp_path))
+    assert [x["phase"] for x in r] == [ph.name for ph in plan.phases for _ in range(5)]
+    lr = [x["train/learning_rate"] for x in r]
+    assert lr[-1] < lr[10] == pytest.approx(3e-4)  # the 1-sqrt decay from 3e-4
+
+
+def test_ettin_keeps_modernbert_phases_with_its_budgets():
+    e, m = _recipe("ettin_base", None), _recipe("modernbert_base", None)
+    assert [p["tokens"] for p in e.phases] == [1.7e12, 2.5e11, 5e10]
+    assert [{k: v for k, v in p.items() if k != "tokens"} for p in e.phases] == \
+        [{k: v for k, v in p.items() if k != "tokens"} for p in m.phases]
+    assert _recipe("ettin_base").phases == _recipe("modernbert_base").phases

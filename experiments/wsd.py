@@ -1,0 +1,32 @@
+"""Warmup-stable-decay on the README's tiny pretraining job: a stable phase, then (decay > 0)
+a decay phase; one stable run serves every budget (Hägele et al. 2024).
+
+    # the stable run, long enough for the largest budget
+    python -m encoder.main --config=experiments/wsd.py:stable=960,decay=0 --workdir=runs/stable
+    # the 600-step budget: a decay of 120 steps from step 480 of that run
+    python -m encoder.main --config=experiments/wsd.py:stable=480,decay=120 \\
+        --workdir=runs/wsd_600 --config.init_from=runs/stable --config.init_step=480 \\
+        --config.init_state=full
+
+Options (besides encoder.config.OPTIONS): stable=N and decay=D steps, shape=linear|cosine|1-sqrt
+(the decay's), optimizer=adamw|stable_adamw|lion. The stable phase is constant after
+experiments/pretrain.py's warmup, so its first N steps are the same in every run.
+"""
+from encoder import config as config_lib
+from experiments import pretrain
+
+
+def get_config(arg=None):
+    options = config_lib.parse_arg(arg)
+    stable = int(options.pop("stable", 960))
+    decay = int(options.pop("decay", 240))
+    shape = str(options.pop("shape", "linear"))
+    optimizer = str(options.pop("optimizer", "adamw"))
+    config = pretrain.get_config()
+    config.train.optimizer = optimizer
+    config.phases = (dict(name="stable", steps=stable, train=dict(schedule="constant")),) + (
+        (dict(name="decay", steps=decay, train=dict(schedule="wsd", warmup_steps=0,
+                                                    decay_fraction=1.0, decay_shape=shape)),)
+        if decay else ())
+    rest = ",".join(k if v is True else f"{k}={v}" for k, v in options.items())
+    return config_lib.finalize(config, rest)
