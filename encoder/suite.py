@@ -15,6 +15,7 @@ resumed. The conventions are in encoder/studies/suite/presets.py. --baseline
 scores a method with no model (TF-IDF bag of words, or the majority class) on
 the same data into the same files (encoder/studies/suite/baseline.py).
 """
+import os
 import signal
 
 from absl import app, flags, logging
@@ -84,8 +85,16 @@ def main(argv):
         finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train,
         probe_only=f.probe_only, launcher=f.launcher,
         launcher_options=launcher_flags.options(f.parallel, job_name="suite"))
+    # The suite's folder: new, empty or an earlier suite's; one suite at a time on it (a
+    # second refuses at start instead of colliding run by run).
+    from encoder import errors
+    from encoder.train.workdir import Lock
+    errors.check_output(f.workdir, "suite", "--workdir", legacy=lambda d: any(
+        os.path.exists(os.path.join(d, n)) for n in ("runs", "suite.json", "suite.csv")))
     try:
-        result = battery.run_suite(opts)
+        with Lock(f.workdir):
+            errors.mark_output(f.workdir, "suite")
+            result = battery.run_suite(opts)
     except (TaskDataError, FileNotFoundError, ValueError) as e:
         raise SystemExit(f"error: {e}") from None
     if result.get("detached"):
