@@ -20,6 +20,7 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
     "encoder.data": 2, "encoder.model": 2,
     "encoder.objectives": 3,   # the training games and the pretraining step's pieces
     "encoder.eval": 4,         # metrics and evaluators over arrays and apply functions
+    "encoder.retrieval": 4.5,  # retrieval library: losses, heads, MaxSim, search, BEIR, BM25
     "encoder.tasks": 5,        # one file per task type (sits on data, model, eval)
     "encoder.interop": 5,      # HF families as tables: tensors <-> parameter trees
     "encoder.checkpoints": 6,  # the one door every job starts from
@@ -31,7 +32,7 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
 # Public commands whose name sits in a lower folder (scripts rely on the names): each is a
 # thin module that defines its flags and calls its job, so it ranks with the commands.
 COMMANDS = {"encoder.interop.export", "encoder.interop.hf_bert", "encoder.eval.baselines",
-            "encoder.eval.probe"}
+            "encoder.eval.probe", "encoder.retrieval.mine"}
 
 
 def rank(module: str) -> int:

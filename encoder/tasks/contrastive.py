@@ -1,17 +1,84 @@
-"""Sentence embeddings from positive pairs: in-batch negatives, recall@1 retrieval.
+"""Sentence embeddings from positive pairs (and mined hard negatives): a retriever.
 
-Examples: {"text_a", "text_b"} positive pairs. Exported as the bare encoder (its
-embeddings are the model); no baseline and no probe.
+Examples: {"text_a", "text_b"} positive pairs, optionally with "negatives": [texts]
+(what `python -m encoder.retrieval.mine` writes). The loss is the in-batch softmax of
+each query over every positive and every negative of the global batch
+(encoder/retrieval/losses.py: every device's passages, duplicates masked), with
+options read from the config's `contrastive` block (experiments/retriever.py):
+
+  temperature 0.05 | learn_temperature   fixed 1/0.05 = 20 (Sentence-BERT's MNRL scale),
+                                         or a learned log scale (CLIP's, clamped at 100)
+  symmetric                              + passage -> query direction (averaged)
+  query_prefix, passage_prefix           E5/Nomic-style task prefixes ("query: ")
+  matryoshka_dims "256,128,64"           the loss at each nested prefix (summed)
+  cache_chunk                            > 0: the cached (GradCache) embedding, that many
+                                         rows at a time (encoder/retrieval/model.py)
+  num_negatives                          hard negatives per row (0: the file's most;
+                                         rows with fewer are masked)
+  head "dense" | "colbert", colbert_dim  a ColBERT late-interaction head (MaxSim)
+  mask_duplicates                        identical texts are no negatives of each other
+
+Without a `contrastive` block (experiments/finetune.py:task=contrastive) the defaults
+hold: fixed scale 20, dense head, no negatives. Scored by retrieving each text_b among
+the split's distinct text_b: recall@1, MRR@10 and nDCG@10 (and nDCG@10 at each
+Matryoshka dim). Exported as the bare encoder (its embeddings are the model).
 """
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder.model import models
+from encoder.retrieval import colbert as colbert_lib, losses, model as retrieval_model
 from encoder.tasks import files
 from encoder.tasks.base import Task, TaskDataError
 
 SCALE = 20.0  # inverse temperature on cosine similarities (Sentence-BERT's MNRL)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    temperature: float = 1.0 / SCALE
+    learn_temperature: bool = False
+    symmetric: bool = False
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    matryoshka_dims: tuple = ()
+    cache_chunk: int = 0
+    num_negatives: int = 0
+    head: str = "dense"
+    colbert_dim: int = 0
+    mask_duplicates: bool = True
+
+
+HEADS = ("dense", "colbert")
+
+
+def options(config) -> Options:
+    """The task's options from config.contrastive (absent: the defaults), checked."""
+    block = getattr(config, "contrastive", None) if config is not None else None
+    if block is None:
+        return Options()
+    raw = dict(block.items()) if hasattr(block, "items") else dict(vars(block))
+    dims = raw.get("matryoshka_dims", ())
+    if isinstance(dims, str):
+        dims = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
+    raw["matryoshka_dims"] = tuple(int(d) for d in dims)
+    known = {f.name for f in dataclasses.fields(Options)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"contrastive: unknown fields {unknown}; valid: {sorted(known)}")
+    opts = Options(**raw)
+    if opts.head not in HEADS:
+        raise ValueError(f"contrastive.head must be one of {HEADS}, got {opts.head!r}")
+    if opts.head == "colbert" and opts.colbert_dim <= 0:
+        raise ValueError("contrastive.head=colbert needs contrastive.colbert_dim > 0")
+    if opts.temperature <= 0:
+        raise ValueError(f"contrastive.temperature must be positive, got {opts.temperature}")
+    for name in ("cache_chunk", "num_negatives"):
+        if getattr(opts, name) < 0:
+            raise ValueError(f"contrastive.{name} must be >= 0, got {getattr(opts, name)}")
+    return opts
 
 
 def featurize_pairs(examples, tokenizer, max_len: int) -> dict:
@@ -26,10 +93,20 @@ def featurize_pairs(examples, tokenizer, max_len: int) -> dict:
 class Contrastive(Task):
     name = "contrastive"
     primary_metric = "recall_at_1"
-    model_cls = models.Embedder
+    model_cls = retrieval_model.Retriever
     fields = (("text_a", "text_b"),)
-    metric_keys = ("recall_at_1",)
+    metric_keys = ("recall_at_1", "mrr_at_10", "ndcg_at_10")
     default_metrics = ("recall_at_1",)
+
+    def __init__(self, config, tokenizer, labels=None):
+        super().__init__(config, tokenizer, labels)
+        self.options = options(config)
+
+    @staticmethod
+    def check_line(example: dict, where: str) -> None:
+        negs = example.get("negatives", [])
+        if not isinstance(negs, list) or not all(isinstance(x, str) for x in negs):
+            raise TaskDataError(f"{where}: 'negatives' must be a list of strings")
 
     def check(self, examples, split):
         for ex in examples:
@@ -37,29 +114,143 @@ class Contrastive(Task):
                 if not isinstance(ex[key], str):
                     raise TaskDataError(f"{ex['_where']}: {key!r} must be a string")
 
+    # ------------------------------------------------------------- features
     def featurize(self, examples):
-        return featurize_pairs(examples, self.tokenizer, self.config.data.max_seq_len), None
+        """a_* (queries, query prefix), b_* (positives, passage prefix) and, for a training
+        file with negatives, n_* [N, K, T] and n_mask [N, K]; text ids for the duplicate
+        masks (one id space over every text of the split)."""
+        o, max_len = self.options, self.config.data.max_seq_len
+        ids: dict = {}
+        text_id = lambda t: ids.setdefault(t, len(ids))  # noqa: E731
+        out = {f"a_{k}": v for k, v in files.encode_texts(
+            [{"text": o.query_prefix + ex["text_a"]} for ex in examples], self.tokenizer,
+            max_len).items()}
+        out.update({f"b_{k}": v for k, v in files.encode_texts(
+            [{"text": o.passage_prefix + ex["text_b"]} for ex in examples], self.tokenizer,
+            max_len).items()})
+        # a and b share one id space: a query identical to a passage is the same text
+        out["a_text_id"] = np.asarray([text_id(ex["text_a"]) for ex in examples], np.int32)
+        out["b_text_id"] = np.asarray([text_id(ex["text_b"]) for ex in examples], np.int32)
+        counts = [len(ex.get("negatives", [])) for ex in examples]
+        k = o.num_negatives or max(counts, default=0)
+        if k and any(counts):
+            n = len(examples)
+            texts = [(ex.get("negatives", []) + [""] * k)[:k] for ex in examples]
+            flat = files.encode_texts([{"text": o.passage_prefix + t} for row in texts
+                                       for t in row], self.tokenizer, max_len)
+            for key, v in flat.items():
+                out[f"n_{key}"] = v.reshape(n, k, -1)
+            out["n_mask"] = np.asarray([[1 if j < c else 0 for j in range(k)]
+                                        for c in counts], np.int32)
+            out["n_text_id"] = np.asarray([[text_id(t) if j < c else -1
+                                            for j, t in enumerate(row)]
+                                           for row, c in zip(texts, counts)], np.int32)
+        return out, None
+
+    # ---------------------------------------------------------------- model
+    def model(self, model_cfg, pooling: str):
+        o = self.options
+        return retrieval_model.Retriever(model_cfg, 0, pooling, o.learn_temperature,
+                                         o.temperature,
+                                         o.colbert_dim if o.head == "colbert" else 0)
 
     def forward(self, model, params, batch, deterministic=True, rngs=None):
-        def embed(side):
-            out, _ = model.apply({"params": params}, batch[f"{side}_input_ids"],
-                                 batch[f"{side}_segment_ids"], batch[f"{side}_attention_mask"],
-                                 deterministic=deterministic, rngs=rngs or {})
-            return out
-        return embed("a"), embed("b")
+        """{"a": query out, "b": positive out, "n": negatives' out [B, K, ...] (a training
+        batch with negatives), "log_scale": the learned log scale, repeated [B]}; each out is the
+        Retriever's {"pooled", "tokens"}."""
+        chunk = 0 if deterministic else self.options.cache_chunk
+        rng = (rngs or {}).get("dropout")
+        keys = jax.random.split(rng, 3) if rng is not None else (None,) * 3
+
+        def side(prefix, key):
+            shape = batch[f"{prefix}_input_ids"].shape
+            flat = lambda x: x.reshape(-1, shape[-1])  # noqa: E731
+            out = retrieval_model.embed(
+                model, params, flat(batch[f"{prefix}_input_ids"]),
+                flat(batch[f"{prefix}_segment_ids"]), flat(batch[f"{prefix}_attention_mask"]),
+                deterministic, key, chunk)
+            if len(shape) == 3:  # negatives [B, K, T]
+                out = jax.tree.map(lambda y: y.reshape(*shape[:2], *y.shape[1:]), out)
+            return {**out, "mask": batch[f"{prefix}_attention_mask"]}
+
+        out = {"a": side("a", keys[0]), "b": side("b", keys[1])}
+        if "n_input_ids" in batch:
+            out["n"] = side("n", keys[2])
+        if "logit_scale" in params:  # batch-major like every output (inference.predict)
+            out["log_scale"] = jnp.broadcast_to(params["logit_scale"],
+                                                batch["a_input_ids"].shape[:1])
+        return out
 
     def loss(self, out, batch):
-        """Multiple-negatives ranking (Henderson et al. 2017): in-batch softmax over b."""
-        a, b = out
-        scores = SCALE * (a @ b.T).astype(jnp.float32)  # [B, B]; vectors are unit length
+        """Matryoshka-summed in-batch ranking loss (dense), or the MaxSim one (ColBERT)."""
+        o = options(self.config) if self is not None else Options()
         w = batch["weight"]
-        scores = jnp.where(w[None, :] > 0, scores, -1e9)
-        logp = jax.nn.log_softmax(scores, axis=-1)
-        return -jnp.sum(jnp.diagonal(logp) * w) / jnp.maximum(jnp.sum(w), 1.0)
+        if isinstance(out, tuple):  # (a, b) unit vectors: the plain MNRL of one batch
+            out = {"a": {"pooled": out[0]}, "b": {"pooled": out[1]}}
+        log_scale = out.get("log_scale")
+        scale = losses.scale_of(None if log_scale is None else log_scale[0], o.temperature)
+        ids = {}
+        if o.mask_duplicates and "a_text_id" in batch:
+            ids = dict(q_ids=batch["a_text_id"], p_ids=batch["b_text_id"],
+                       n_ids=batch.get("n_text_id"))
+        neg = out.get("n")
+        n_mask = batch.get("n_mask")
 
+        def at(q, p, n):
+            return losses.in_batch_loss(q, p, w, scale, n, n_mask, symmetric=o.symmetric,
+                                        **ids)
+
+        if o.head == "colbert":
+            tok = lambda s: (s["tokens"], s["mask"])  # noqa: E731
+            return losses.in_batch_loss(tok(out["a"]), tok(out["b"]), w, scale,
+                                        tok(neg) if neg is not None else None, n_mask,
+                                        symmetric=o.symmetric, score=colbert_lib.maxsim_scores,
+                                        **ids)
+        total, _ = losses.matryoshka_loss(at, out["a"]["pooled"], out["b"]["pooled"],
+                                          None if neg is None else neg["pooled"],
+                                          o.matryoshka_dims)
+        return total
+
+    # ---------------------------------------------------------------- score
     def score(self, out, examples, arrays, meta):
-        """Retrieves each text_b among all of the split's text_b."""
-        a, b = out
-        nearest = np.argmax(a @ b.T, axis=1)
-        preds = [{"nearest": int(j)} for j in nearest]
-        return {"recall_at_1": float(np.mean(nearest == np.arange(len(a))))}, preds
+        """Retrieves each text_b among the split's distinct text_b (at each Matryoshka dim)."""
+        a, b = np.asarray(out["a"]["pooled"]), np.asarray(out["b"]["pooled"])
+        texts = [ex["text_b"] for ex in examples]
+        first = {}
+        for i, t in enumerate(texts):
+            first.setdefault(t, i)
+        cand = np.asarray(sorted(first.values()))                 # distinct positives
+        gold = np.searchsorted(cand, [first[t] for t in texts])   # [N] column of each row's own
+        if self.options.head == "colbert":
+            sims = np.asarray(colbert_lib.maxsim_scores(
+                (out["a"]["tokens"], arrays["a_attention_mask"]),
+                (out["b"]["tokens"][cand], arrays["b_attention_mask"][cand])))
+            metrics, nearest = _rank_metrics(sims, gold)
+        else:
+            dims = self.options.matryoshka_dims or (a.shape[-1],)
+            metrics, nearest = {}, None
+            for d in sorted(set(dims) | {a.shape[-1]}, reverse=True):
+                qa, pb = _unit(a[:, :d]), _unit(b[cand, :d])
+                m, near = _rank_metrics(qa @ pb.T, gold)
+                if d == a.shape[-1]:
+                    metrics.update(m)
+                    nearest = near
+                else:
+                    metrics[f"ndcg_at_10_dim{d}"] = m["ndcg_at_10"]
+        preds = [{"nearest": int(cand[j])} for j in nearest]
+        return metrics, preds
+
+
+def _unit(x):
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def _rank_metrics(sims, gold):
+    """recall@1, MRR@10, nDCG@10 with one relevant column per row (gold [N])."""
+    own = sims[np.arange(len(gold)), gold]
+    rank = np.sum(sims > own[:, None], axis=1)  # 0-based; ties resolved in the query's favour
+    in10 = rank < 10
+    return {"recall_at_1": float(np.mean(rank == 0)),
+            "mrr_at_10": float(np.mean(np.where(in10, 1.0 / (rank + 1), 0.0))),
+            "ndcg_at_10": float(np.mean(np.where(in10, 1.0 / np.log2(rank + 2), 0.0)))}, \
+        np.argmax(sims, axis=1)
