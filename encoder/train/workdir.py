@@ -151,17 +151,33 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 @contextlib.contextmanager
 def claim(workdir: str, config, mutable, primary: bool = True):
-    """Locks the workdir (process 0 only), then checks the restart's identity; releases at exit."""
+    """Locks the workdir (process 0 only), then checks the restart's identity; releases at exit.
+
+    The workdir must be new, empty or a run's (its marker, or what a job or a study writes
+    into one): a folder of anything else is refused before a byte is written."""
+    errors.check_output(workdir, "run", "--workdir", legacy=_looks_like_a_run)
     os.makedirs(workdir, exist_ok=True)
     lock = Lock(workdir) if primary else None
     if lock is not None:
         lock.acquire()
     try:
         check_identity(workdir, config, mutable)
+        if primary and errors.read_marker(workdir) is None:
+            errors.mark_output(workdir, "run")
         yield
     finally:
         if lock is not None:
             lock.release()
+
+
+# What a job or a study's runner writes into a run's workdir (runs from before the marker).
+RUN_FILES = (RUN, LOCK, "config.json", "checkpoints", "metrics.jsonl", "tokenizer", "cache",
+             "job_config.py", "exit.json", "run.log", "launch.json", "best", "eval.json",
+             "params")
+
+
+def _looks_like_a_run(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, n)) for n in RUN_FILES)
 
 
 def _is_mutable(key: str, mutable) -> bool:
