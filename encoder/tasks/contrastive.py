@@ -185,8 +185,8 @@ class Contrastive(Task):
         """Matryoshka-summed in-batch ranking loss (dense), or the MaxSim one (ColBERT)."""
         o = options(self.config) if self is not None else Options()
         w = batch["weight"]
-        if isinstance(out, tuple):  # (a, b) unit vectors: the plain MNRL of one batch
-            out = {"a": {"pooled": out[0]}, "b": {"pooled": out[1]}}
+        if isinstance(out, tuple):  # (a, b) unit vectors as they are: one batch's plain MNRL
+            return losses.in_batch_loss(out[0], out[1], w, 1.0 / o.temperature)
         log_scale = out.get("log_scale")
         scale = losses.scale_of(None if log_scale is None else log_scale[0], o.temperature)
         ids = {}

@@ -1,0 +1,89 @@
+"""The mining job: hard negatives for a pairs file, mined by a model.
+
+    python -m encoder.retrieval.mine --init_from=MODEL --pairs=PAIRS.jsonl \\
+        [--corpus=CORPUS.jsonl] --out=TRIPLES.jsonl [--num_negatives=K] \\
+        [--relative_margin=0.05] [--absolute_margin=M] [--max_score=S] [--range_min=R]
+
+MODEL is anything `init_from` takes (a workdir of this codebase, a params folder,
+hf:DIR). The corpus is a BEIR corpus.jsonl ("title text" per document) or, without
+one, the pairs' own distinct text_b. Texts are embedded with the model's pooling
+(the run's, else --pooling) and prefixes, sharded over every device; the exact
+top-k and the filters are encoder/retrieval/mining.py's. Writes one JSON line per
+pair, {"text_a", "text_b", "negatives": [...]}, which the contrastive task trains
+on as it is, and prints the counts (rows, negatives, drops by reason) as JSON.
+"""
+import json
+import os
+
+import jax
+import numpy as np
+from absl import flags
+
+from encoder.checkpoints import sources
+from encoder.eval import embeddings
+from encoder.retrieval import beir, mining
+from encoder.tasks import files
+from encoder.train import partitioning
+
+FLAGS = flags.FLAGS
+
+
+def read_pairs(path: str) -> list[dict]:
+    """{"text_a", "text_b"} rows (file:line errors for a missing field)."""
+    return files.read_jsonl(path, (("text_a", "text_b"),), lambda ex, where: None)
+
+
+def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size: int = 64):
+    """(encode(texts) -> [N, D] unit vectors, pooling) for a start source, sharded."""
+    src = sources.load(init_from)
+    run = src.run_config
+    pooling = pooling or (run.get("pooling", "mean") if run is not None else "mean")
+    mesh = partitioning.make_mesh({"data": -1, "fsdp": 1})
+    n = mesh.devices.size
+    batch_size = -(-batch_size // n) * n
+    shard = lambda b: partitioning.shard_batch(b, mesh)  # noqa: E731
+
+    def encode(texts):
+        return embeddings.embed_texts(src.model_cfg, src.params, src.tokenizer, list(texts),
+                                      pooling, max_len, batch_size, shard)
+    return encode, pooling
+
+
+def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
+              num_negatives: int = 5, pooling: str = "", max_len: int = 128,
+              query_prefix: str = "", passage_prefix: str = "", **filters) -> dict:
+    pairs = read_pairs(pairs_path)
+    if corpus_path:
+        docs, skipped = beir._read_jsonl(corpus_path, ("_id", "text"))
+        corpus = [beir.document_text(d) for d in docs]
+    else:
+        corpus, skipped = sorted({p["text_b"] for p in pairs}), 0
+    row_of = {t: i for i, t in enumerate(corpus)}
+    encode, pooling = encoder_of(init_from, pooling, max_len)
+    q = encode([query_prefix + p["text_a"] for p in pairs])
+    pos = encode([passage_prefix + p["text_b"] for p in pairs])
+    docs_vecs = encode([passage_prefix + t for t in corpus])
+    negatives, stats = mining.mine(q, pos, docs_vecs, corpus, pairs,
+                                   [row_of.get(p["text_b"], -1) for p in pairs],
+                                   num_negatives, **filters)
+    if jax.process_index() == 0:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out + ".tmp", "w") as f:
+            for p, negs in zip(pairs, negatives):
+                f.write(json.dumps({"text_a": p["text_a"], "text_b": p["text_b"],
+                                    "negatives": negs}) + "\n")
+        os.replace(out + ".tmp", out)
+    stats.update(out=out, corpus=len(corpus), corpus_lines_skipped=skipped, pooling=pooling,
+                 negatives=int(sum(len(n) for n in negatives)))
+    return stats
+
+
+def main(argv):
+    del argv
+    filters = {name: getattr(FLAGS, name) for name in
+               ("range_min", "range_max", "absolute_margin", "relative_margin", "max_score")}
+    stats = mine_file(FLAGS.init_from, FLAGS.pairs, FLAGS.out, FLAGS.corpus,
+                      FLAGS.num_negatives, FLAGS.pooling, FLAGS.max_len, FLAGS.query_prefix,
+                      FLAGS.passage_prefix, **filters)
+    print(json.dumps(stats), flush=True)
+    return 0 if np.isfinite(stats["mean_positive_score"]) else 1

@@ -1,0 +1,65 @@
+"""Hard negatives mined by a model: exact top-k, the positive and likely false negatives
+dropped (as sentence-transformers' mine_hard_negatives, NV-Retriever's margins).
+
+For each pair (query, positive) the corpus's candidates are its exact top-k by inner
+product of unit vectors (search.exact_topk). Walking them best first, from rank
+`range_min`, a candidate is dropped when it is the positive itself (its corpus row or
+its text, or the query's text), or a likely false negative:
+
+  absolute_margin m   score + m > positive score      (m = 0: no closer than the positive)
+  relative_margin r   score > pos - |pos| r           (NV-Retriever's 5%: r = 0.05)
+  max_score s         score > s                       (too close to the query to be wrong)
+
+and the first `num_negatives` survivors are kept. Every drop is counted by reason.
+"""
+import numpy as np
+
+from encoder.retrieval import search
+
+REASONS = ("positive", "absolute_margin", "relative_margin", "max_score")
+
+
+def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list,
+         positive_rows: list, num_negatives: int = 5, range_min: int = 0,
+         range_max: int = 0, absolute_margin: float | None = None,
+         relative_margin: float | None = None, max_score: float | None = None,
+         devices=None):
+    """(negatives: one list of texts per pair, stats). pairs: {"text_a", "text_b"};
+    positive_rows: each pair's positive's corpus row (-1: not in the corpus)."""
+    if num_negatives <= 0:
+        raise ValueError(f"num_negatives must be positive, got {num_negatives}")
+    k = range_max or (range_min + 4 * num_negatives + 1)
+    if k <= range_min:
+        raise ValueError(f"range_max {range_max} must exceed range_min {range_min}")
+    q = np.asarray(query_vecs, np.float32)
+    pos = np.sum(q * np.asarray(positive_vecs, np.float32), axis=-1)  # [P]
+    scores, rows = search.exact_topk(q, corpus_vecs, k, devices=devices)
+    dropped = dict.fromkeys(REASONS, 0)
+    out, short = [], 0
+    for i, pair in enumerate(pairs):
+        kept = []
+        for s, j in zip(scores[i, range_min:], rows[i, range_min:]):
+            text = corpus_texts[j]
+            if j == positive_rows[i] or text == pair["text_b"] or text == pair["text_a"]:
+                dropped["positive"] += 1
+                continue
+            if absolute_margin is not None and s + absolute_margin > pos[i]:
+                dropped["absolute_margin"] += 1
+                continue
+            if relative_margin is not None and s > pos[i] - abs(pos[i]) * relative_margin:
+                dropped["relative_margin"] += 1
+                continue
+            if max_score is not None and s > max_score:
+                dropped["max_score"] += 1
+                continue
+            if text in kept:
+                continue
+            kept.append(text)
+            if len(kept) == num_negatives:
+                break
+        short += len(kept) < num_negatives
+        out.append(kept)
+    stats = {"pairs": len(pairs), "candidates_per_pair": int(k - range_min),
+             "dropped": dropped, "pairs_short_of_negatives": short,
+             "mean_positive_score": float(np.mean(pos)) if len(pos) else 0.0}
+    return out, stats
