@@ -265,6 +265,7 @@ MUTABLE = ("train.num_epochs", "train.num_steps", "train.checkpoint_every",
 
 def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
+    validate(config)  # before the workdir is touched: a refused config writes nothing
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
         result = _finetune(config, workdir, devices)
         if not result.get("stopped") and jax.process_index() == 0:

@@ -262,6 +262,7 @@ def train(config, workdir: str, devices=None) -> dict:
     if config.init_from and not config.init_from.startswith("hf:") and not os.path.isdir(
             config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
         raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
+    validate(config)  # before the workdir is touched: a refused config writes nothing
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
         phases_lib.check_appended(workdir, config)
         result = _train(config, workdir, devices)
