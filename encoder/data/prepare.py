@@ -632,6 +632,11 @@ def prepare_with_beam(spec: str, out: str, s: Settings, tokenizer: str = "",
                       sample_chars: int = 4_000_000, beam_options: str = "",
                       command: str = "") -> dict | None:
     """The same plan, units and manifest as `prepare`, with Beam distributing the units."""
+    try:
+        import apache_beam  # noqa: F401
+    except ImportError:
+        raise errors.UsageError("--engine=beam needs Apache Beam (pip install apache-beam); "
+                                "or use --engine=local") from None
     from encoder.data import prepare_beam
     job = plan(spec, out, s, tokenizer, vocab_size, tokenizer_type, sample_chars,
                command=command)
