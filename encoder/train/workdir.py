@@ -155,19 +155,23 @@ def claim(workdir: str, config, mutable, primary: bool = True):
 
     The workdir must be new, empty or a run's (its marker, or what a job or a study writes
     into one): a folder of anything else is refused before a byte is written."""
-    errors.check_output(workdir, "run", "--workdir", legacy=_looks_like_a_run)
+    state = errors.check_output(workdir, "run", "--workdir", legacy=_looks_like_a_run)
     os.makedirs(workdir, exist_ok=True)
     lock = Lock(workdir) if primary else None
     if lock is not None:
         lock.acquire()
+    ended = False
     try:
         check_identity(workdir, config, mutable)
         if primary and errors.read_marker(workdir) is None:
             errors.mark_output(workdir, "run")
         yield
+        ended = True
     finally:
         if lock is not None:
             lock.release()
+        if not ended and primary and state != "ours":  # failed before writing anything
+            errors.discard_if_untouched(workdir, created=state == "new")
 
 
 # What a job or a study's runner writes into a run's workdir (runs from before the marker).
