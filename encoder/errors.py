@@ -189,3 +189,16 @@ def _one_line(text: str) -> str:
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr'd KeyError
         text = text[1:-1].replace("\\n", "\n").replace("\\'", "'")
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def discard_if_untouched(folder: str, created: bool) -> None:
+    """Undoes mark_output when a command failed before writing anything else: the marker
+    goes, and the folder too if the command created it (nothing of anyone's is touched)."""
+    try:
+        if os.listdir(folder) != [MARKER]:
+            return
+        os.remove(os.path.join(folder, MARKER))
+        if created:
+            os.rmdir(folder)
+    except OSError:
+        pass
