@@ -37,6 +37,12 @@ def finetune_config() -> ml_collections.ConfigDict:
         mode="full",                   # full | frozen (linear probe) | lora
         lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=-1.0,
         random_init=False))  # True: init_from's architecture and tokenizer, random weights
+    # The contrastive task's options (encoder/tasks/contrastive.py Options; issue 26).
+    config.contrastive = ml_collections.ConfigDict(dict(
+        temperature=0.05, learn_temperature=False, symmetric=False, query_prefix="",
+        passage_prefix="", matryoshka_dims="",   # "384,128": the loss at each prefix
+        cache_chunk=0,                           # > 0: GradCache chunks of that many rows
+        num_negatives=0, head="dense", colbert_dim=0, mask_duplicates=True))
     config.eval = ml_collections.ConfigDict(dict(
         max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))

@@ -199,7 +199,7 @@ def init_from_source(run: FineTuning):
                 run.task.labels is None or src.labels == run.task.labels.names):
             if sources.shapes_match(src.params["head"], model["head"]):
                 head = src.params["head"]
-        elif "pooler" in src.params and "pooler" in model["head"]:
+        elif "pooler" in src.params and "pooler" in model.get("head", {}):
             head = {"pooler": src.params["pooler"]}  # BERT's pooler for cls_tanh pooling
         if head is not None:
             model["head"] = sources.merge_params(model["head"], head, shardings["model"]["head"],
