@@ -47,9 +47,12 @@ def test_export_never_touches_a_folder_it_did_not_write(tiny_pretrained, tmp_pat
     rc, _, err = cli(tiny_pretrained, downloaded)
     assert rc == 1 and "Traceback" not in err, err
     assert "error: export: --out=" in err and "did not write" in err, err
+    from encoder.jobs import merge
     for out in (trainer,):
         with pytest.raises(errors.NotOurs, match="did not write"):
             export_lib.export(tiny_pretrained, str(out))
+        with pytest.raises(errors.NotOurs, match="did not write"):  # merge: the same rule
+            merge.merge(tiny_pretrained, str(out))
     assert {p: snapshot(p) for p in (downloaded, trainer)} == before
 
     # A previous export is replaced, but not once a file was added to it; a user's folder

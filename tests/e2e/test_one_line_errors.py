@@ -55,6 +55,19 @@ def test_flag_and_config_mistakes_are_one_line(tmp_path):
     rc, _, err = run("encoder.data.prepare", "--out=x", "--shard_mb=abc")
     one_line(rc, err, "--shard_mb=abc")
     assert not wd.exists()
+    (tmp_path / "task").mkdir()
+    rc, _, err = run("encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+                     "--finetune=experiments/finetune.py:task=classification,runlocal",
+                     f"--finetune_data={tmp_path / 'task'}", f"--workdir={tmp_path / 'study'}")
+    one_line(rc, err, "has no train.jsonl")  # before the first pretraining run, not after
+    assert not (tmp_path / "study").exists()
+
+
+def test_a_second_suite_on_one_workdir_refuses_at_start(tmp_path):
+    from encoder.train import workdir as workdir_lib
+    with workdir_lib.Lock(str(tmp_path / "suite")):  # a live suite holds it
+        rc, _, err = run("encoder.suite", "--baseline=majority", f"--workdir={tmp_path / 'suite'}")
+    one_line(rc, err, "is in use by pid")
 
 
 def test_prepare_interrupted_ends_in_one_line_and_resumes(tmp_path):
@@ -100,3 +113,11 @@ def test_pretraining_restart_on_changed_data_is_refused(tmp_path):
     rc, _, err = run("encoder.main", *args[:1], f"--config.data.train_files={half}",
                      f"--workdir={tmp_path / 'wd2'}")
     one_line(rc, err, "unfinished prepared corpus", "0 of 3 units")
+    assert not (tmp_path / "wd2").exists()  # a run that failed before writing leaves nothing
+    # text that is all skipped: the config field the user gave is named, and every file
+    (half / "plan.json").unlink()
+    (half / "units").rmdir()
+    (half / "x.bin").write_bytes(b"\x00\x01")
+    rc, _, err = run("encoder.main", *args[:1], f"--config.data.train_files={half}",
+                     f"--workdir={tmp_path / 'wd3'}")
+    one_line(rc, err, "--config.data.train_files=", "x.bin (binary")

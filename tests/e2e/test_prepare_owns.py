@@ -156,6 +156,9 @@ def test_ranges_and_an_empty_training_split_are_errors_up_front(text, tmp_path):
                          "--max_line_chars=1000")
     refused(rc, err, "one_line.txt: a line over max_line_chars=1000")
     assert not (out / "manifest.json").exists()
+    rc, _, err = prepare(f"--input={one}", f"--out={tmp_path / 'c2'}", "--vocab_size=50",
+                         "--max_line_chars=1000")  # no tokenizer given: it would be trained
+    refused(rc, err, "no training document to train a tokenizer on", "a line over")
     utf16 = tmp_path / "u16.txt"
     utf16.write_text("hello world\n", encoding="utf-16")
     rc, _, err = prepare(f"--input={utf16}", f"--out={tmp_path / 'c16'}", "--vocab_size=50")
