@@ -72,8 +72,18 @@ def set_field(config, path: str, value) -> None:
     current = target[leaf]
     if isinstance(value, str) and current is not None and not isinstance(current, str):
         value = coerce(value)
+    if isinstance(current, bool) and not isinstance(value, bool):
+        raise ValueError(f"field {path!r}: {value!r} is not a bool (true or false)")
     if current is not None and not isinstance(current, bool):
-        value = type(current)(value)
+        cast = type(current)
+        try:
+            new = cast(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"field {path!r}: {value!r} is not a {cast.__name__}") from None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and new != value:
+            raise ValueError(f"field {path!r}: {value!r} is not a {cast.__name__} (it would "
+                             f"silently become {new!r})")
+        value = new
     target[leaf] = value
 
 

@@ -33,3 +33,18 @@ def test_a_device_benchmark_whose_every_configuration_failed_exits_non_zero(monk
         returncode=1, stdout="", stderr="no GPU"))
     with pytest.raises(SystemExit, match="every configuration .* failed \\(2 of 2\\)"):
         device.run()
+
+
+def test_sweep_values_are_checked_against_the_fields_type():
+    from encoder.studies import jobconfig
+    from experiments import pretrain as pretrain_exp
+    config = pretrain_exp.get_config("runlocal")
+    for field, value, word in (("train.num_steps", 1.5, "silently become 1"),
+                               ("train.learning_rate", "fast", "not a float"),
+                               ("data.one_doc_per_line", "yes", "not a bool")):
+        if field.split(".")[1] not in config[field.split(".")[0]]:
+            continue
+        with pytest.raises(ValueError, match=word):
+            jobconfig.set_field(config, field, value)
+    jobconfig.set_field(config, "train.num_steps", 7.0)  # an integral float is the int
+    assert config.train.num_steps == 7
