@@ -89,14 +89,18 @@ def main(argv):
     # second refuses at start instead of colliding run by run).
     from encoder import errors
     from encoder.train.workdir import Lock
-    errors.check_output(f.workdir, "suite", "--workdir", legacy=lambda d: any(
+    state = errors.check_output(f.workdir, "suite", "--workdir", legacy=lambda d: any(
         os.path.exists(os.path.join(d, n)) for n in ("runs", "suite.json", "suite.csv")))
     try:
         with Lock(f.workdir):
             errors.mark_output(f.workdir, "suite")
             result = battery.run_suite(opts)
-    except (TaskDataError, FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {e}") from None
+    except BaseException as e:
+        if state != "ours":  # refused before writing anything: leave no marker, no folder
+            errors.discard_if_untouched(f.workdir, created=state == "new")
+        if isinstance(e, (TaskDataError, FileNotFoundError, ValueError)):
+            raise SystemExit(f"error: {e}") from None
+        raise
     if result.get("detached"):
         return
     if result["failed"]:
