@@ -130,7 +130,19 @@ class Cluster:
             time.sleep(0.3)
 
     def stop(self) -> None:
-        """SIGTERM every daemon this cluster started (by pid, newest first), then SIGKILL."""
+        """Cancels the cluster's jobs (so no slurmstepd outlives it), then SIGTERMs every
+        daemon this cluster started (by pid, newest first), then SIGKILLs what remains."""
+        env = {**os.environ, **self.env}
+        if "slurmctld" in self.pids:
+            jobs = subprocess.run(["squeue", "-h", "-o", "%A"], capture_output=True, text=True,
+                                  env=env, timeout=30).stdout.split()
+            if jobs:
+                subprocess.run(["scancel", *sorted(set(jobs))], env=env, timeout=30)
+                deadline = time.time() + 20
+                while time.time() < deadline and subprocess.run(
+                        ["squeue", "-h"], capture_output=True, text=True, env=env,
+                        timeout=30).stdout.strip():
+                    time.sleep(0.3)
         for name in reversed(list(self.pids)):
             try:
                 os.kill(self.pids[name], signal.SIGTERM)

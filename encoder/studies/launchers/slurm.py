@@ -14,7 +14,8 @@ launcher's.
 Preemption: the job asks for SIGTERM `signal_seconds` before its time limit
 (`--signal=TERM@s`); the trainer checkpoints at the next step and exits 75;
 the script then requeues the job (`scontrol requeue`), which resumes from the
-newest checkpoint. A job the scheduler kills or requeues itself (preemption, a
+newest checkpoint. (SLURM holds a requeued job for two minutes; a waiting
+launcher makes its own requeued jobs eligible at once.) A job the scheduler kills or requeues itself (preemption, a
 node failure: `--requeue`) resumes the same way.
 
 Every run's submission is recorded in its WORKDIR/launch.json (the job id), so
@@ -223,11 +224,27 @@ class Slurm:
             return
         self.wait(waiting, on_exit)
 
+    def release_requeued(self, job: str, tasks: dict, seen: set) -> None:
+        """A task seen running and pending again was requeued: SLURM holds a requeued job
+        for two minutes (its EligibleTime is the requeue + 121 s in 22.05); make it
+        eligible now, so a preempted run resumes as soon as a node is free."""
+        for index, state in tasks.items():
+            ref = f"{job}_{index}" if index else job
+            if state in ("RUNNING", "COMPLETING"):
+                seen.add(ref)
+            elif state == "PENDING" and ref in seen:
+                seen.discard(ref)
+                subprocess.run(["scontrol", "update", f"JobId={ref}", "StartTime=now"],
+                               capture_output=True, env=self._env(), timeout=60)
+
     def wait(self, waiting: dict, on_exit) -> None:
         """Polls squeue until every run's task has left the queue; on_exit as each does."""
+        seen: set = set()
         while waiting:
             jobs = {job for _, job, _ in waiting.values()}
             queued = {job: self.wait_queued(job) for job in jobs}
+            for job, tasks in queued.items():
+                self.release_requeued(job, tasks, seen)
             for name, (run, job, index) in list(waiting.items()):
                 if index not in queued[job]:
                     del waiting[name]
@@ -262,10 +279,13 @@ class Slurm:
             f" on {self.nodes} node{'s' if self.nodes > 1 else ''}); log: {run_log}")
         if self.detach:
             return 0
+        seen: set = set()
         while True:
             offset = _follow(run_log, offset, log)
-            if "" not in self.wait_queued(job):
+            tasks = self.wait_queued(job)
+            if "" not in tasks:
                 break
+            self.release_requeued(job, tasks, seen)
             time.sleep(self.poll_seconds)
         _follow(run_log, offset, log)
         record = records.read_exit(workdir)
