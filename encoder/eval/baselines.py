@@ -8,4 +8,5 @@ if __name__ == "__main__":
                       "the task type (those with a baseline)")
     flags.DEFINE_string("train", None, "train file", required=True)
     flags.DEFINE_string("dev", None, "dev file", required=True)
-    app.run(baselines.main)
+    from encoder import errors
+    app.run(errors.one_line_errors(baselines.main), flags_parser=errors.parse_flags)

@@ -12,4 +12,5 @@ if __name__ == "__main__":
     flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)")
     flags.DEFINE_integer("max_len", 128, "tokens per input")
     flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
-    app.run(probe.main)
+    from encoder import errors
+    app.run(errors.one_line_errors(probe.main), flags_parser=errors.parse_flags)

@@ -6,4 +6,5 @@ from encoder.jobs import import_hf
 if __name__ == "__main__":
     flags.DEFINE_string("checkpoint", None, "HuggingFace checkpoint folder", required=True)
     flags.DEFINE_string("out", None, "output directory for the orbax checkpoint", required=True)
-    app.run(import_hf.main)
+    from encoder import errors
+    app.run(errors.one_line_errors(import_hf.main), flags_parser=errors.parse_flags)
