@@ -126,3 +126,35 @@ def test_main_and_ablate_print_their_scripts_in_a_dry_run(tmp_path):
     assert "#SBATCH --array=0-1%2" in study.stdout and "#SBATCH --time=1:00:00" in study.stdout
     assert "objective=rtd__seed0" in study.stdout
     assert not (tmp_path / "s" / "results.csv").exists()  # nothing ran: no report
+
+
+def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
+    runs = [runner.make_run(f"r{i}", str(tmp_path / f"r{i}"), {}) for i in range(3)]
+    for r in runs:
+        runner.prepare(r, log=lambda *_: None)
+    import json
+    (tmp_path / "r1" / slurm.LAUNCH).write_text(json.dumps(
+        {"launcher": "slurm", "job": "41", "index": 1}))  # submitted by the killed launcher
+    polls = {"41": [{"1": "RUNNING"}, {"1": "RUNNING"}, {"1": "PENDING"}, {}], "42": [{"0": "RUNNING"}, {}]}
+    submitted, ended, updates = [], [], []
+
+    def queued(self, job):
+        states = polls[job]
+        return states.pop(0) if len(states) > 1 else states[0]
+
+    def submit(self, path):
+        submitted.append(open(path).read())
+        return "42"
+
+    monkeypatch.setattr(slurm.Slurm, "queued", queued)
+    monkeypatch.setattr(slurm.Slurm, "submit", submit)
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: updates.append(cmd))
+    lines = []
+    slurm.Slurm(poll_seconds=0.01, folder=str(tmp_path / "slurm")).run(
+        runs, lambda r: ended.append(r.name), lines.append)
+    assert len(submitted) == 1 and "#SBATCH --array=0-1" in submitted[0]  # r0 and r2 only
+    assert str(tmp_path / "r1") not in submitted[0]
+    assert "r1 is already queued as job 41_1: waiting for it" in lines
+    assert sorted(ended) == ["r0", "r1", "r2"]
+    # r1 ran and was pending again (requeued): made eligible at once
+    assert ["scontrol", "update", "JobId=41_1", "StartTime=now"] in updates
