@@ -64,7 +64,9 @@ def test_flag_and_config_mistakes_are_one_line(tmp_path):
 
 
 def test_a_second_suite_on_one_workdir_refuses_at_start(tmp_path):
+    from encoder import errors
     from encoder.train import workdir as workdir_lib
+    errors.mark_output(str(tmp_path / "suite"), "suite")
     with workdir_lib.Lock(str(tmp_path / "suite")):  # a live suite holds it
         rc, _, err = run("encoder.suite", "--baseline=majority", f"--workdir={tmp_path / 'suite'}")
     one_line(rc, err, "is in use by pid")
