@@ -32,6 +32,8 @@ NAMED_ELSEWHERE = {
     "encoder/studies/suite/glue.py": "GLUE's task definitions (Wang et al. 2019, Table 1)",
     # plain-data configs may not import the table (tests/test_imports.py)
     "encoder/finetune/config.py": "the default task and contrastive's mean-pooling default",
+    # a config block that shares the type's name, not the type
+    "encoder/retrieval/export.py": "reads the run config's `contrastive` options block",
     # owned elsewhere, each a small follow-up (the attribute each should read exists)
     "encoder/train/compile_report.py": "FINETUNE_FIELDS: could read Task.label_fields",
     "encoder/bench.py": "--task default: could be table.DEFAULT",
