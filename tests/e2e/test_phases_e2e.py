@@ -52,3 +52,19 @@ def test_sigkill_past_a_phase_boundary_resumes_bitwise(tmp_path, tiny_data):
     assert [r["step"] for r in rows] == list(range(1, 16))
     assert [r["train/loss"] for r in rows] == [r["train/loss"] for r in reference]
     assert [r["tokens"] for r in rows] == [r["tokens"] for r in reference]
+
+
+@pytest.mark.e2e
+def test_the_merge_command_and_its_flags(tmp_path, tiny_pretrained):
+    from encoder.checkpoints import sources
+    out = tmp_path / "merged"
+    cmd = [sys.executable, "-m", "encoder.merge", f"--workdirs={tiny_pretrained},{tiny_pretrained}",
+           f"--out={out}", "--method=weighted", "--weights=1,3", "--tree=params"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert '"method": "weighted"' in done.stdout
+    assert sources.load(str(out)).kind == "params"
+    bad = subprocess.run([*cmd[:4], "--method=ties"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert bad.returncode != 0 and "Unknown merge method 'ties'" in bad.stderr
