@@ -133,9 +133,10 @@ def test_a_failing_task_is_reported_and_a_killed_study_resumes_only_what_is_left
         tmp_path, tiny_data, slurm):
     # three runs, one at a time; the second diverges (a NaN at step 2: exit 1)
     study = ["encoder.ablate", *_pretrain_flags(tiny_data, 4), "--zip",
-             "--sweep=train.debug_nan_at_step=-1,2,-1", "--sweep=seed=0,1,2",
+             "--sweep=train.debug_nan_at_step=-1,2,-2", "--sweep=seed=0,1,2",
              f"--workdir={tmp_path}", "--launcher=slurm", "--parallel=1"]
-    names = [f"debug_nan_at_step={n},seed={s}__seed0" for n, s in ((-1, 0), (2, 1), (-1, 2))]
+    # (a negative step is no NaN; the values differ: a sweep refuses repeats)
+    names = [f"debug_nan_at_step={n},seed={s}__seed0" for n, s in ((-1, 0), (2, 1), (-2, 2))]
     runs = tmp_path / "runs"
     proc = subprocess.Popen([sys.executable, "-m", *study], cwd=ROOT, env=slurm,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
