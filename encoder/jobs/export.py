@@ -31,10 +31,11 @@ from encoder.checkpoints import sources
 from encoder.interop import hf
 from encoder.interop.family import Unrepresentable
 from encoder.model.encoder import encoder_params
+from encoder.retrieval import export as retrieval_export
 from encoder.tasks.base import Export
 from encoder.tasks.table import TASKS
 
-FORMATS = ("transformers", "sentence-transformers")
+FORMATS = ("transformers", "sentence-transformers", "pylate")  # pylate: a ColBERT run
 ST_POOLING = {"cls": "pooling_mode_cls_token", "cls_tanh": "pooling_mode_cls_token",
               "cls_gelu": "pooling_mode_cls_token", "mean": "pooling_mode_mean_tokens",
               "max": "pooling_mode_max_tokens"}
@@ -44,7 +45,7 @@ ST_DENSE_ACTIVATION = {"cls_tanh": "torch.nn.modules.activation.Tanh",
 
 def head_kind(p: sources.Pretrained, fmt: str) -> str:
     """What HF head the source's parameters make: see the module docstring."""
-    if fmt == "sentence-transformers":
+    if fmt in ("sentence-transformers", "pylate"):
         return "base"
     if p.kind == "finetuning":
         return task_export(p).kind
@@ -96,7 +97,8 @@ def _pooler_dense(params) -> dict:
                           "(W, b) in the checkpoint, and this one has none")
 
 
-def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int) -> None:
+def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int,
+                                extra: dict | None = None) -> None:
     """sentence-transformers' modules: Transformer -> Pooling (-> Dense tanh) -> Normalize.
 
     Our embed job and Embedder L2-normalise the pooled vector, so Normalize is
@@ -133,7 +135,8 @@ def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int
     _write_json(os.path.join(out, "sentence_bert_config.json"),
                 {"max_seq_length": length, "do_lower_case": False})
     _write_json(os.path.join(out, "config_sentence_transformers.json"),
-                {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None})
+                {"similarity_fn_name": "cosine", "prompts": {}, "default_prompt_name": None,
+                 **(extra or {})})  # a retriever's prompts, Matryoshka dims (retrieval/export.py)
 
 
 def _write_json(path: str, value) -> None:
@@ -227,7 +230,10 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
                             _generator(p.params), "mlm", p.tokenizer, max_length=length)
             folders.append(os.path.join(out, "generator"))
         if fmt == "sentence-transformers":
-            write_sentence_transformers(tmp, params, cfg, pooling, length)
+            write_sentence_transformers(tmp, params, cfg, pooling, length,
+                                        retrieval_export.st_config_extra(p.run_config))
+        if fmt == "pylate":
+            retrieval_export.write_pylate(tmp, params, cfg, length, p.run_config)
         _model_card(tmp, source, p, family, kind, written["architectures"][0], out)
         errors.mark_output(tmp, KIND, source=source, files=_written(tmp))
         check_out(source, out)  # again: nothing may have been added meanwhile

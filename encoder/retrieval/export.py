@@ -1,0 +1,74 @@
+"""What a retriever adds to an export (encoder/jobs/export.py writes the folders).
+
+* sentence-transformers: the run's task prefixes as prompts ("query", "document": the
+  names mteb and sentence-transformers' encode_query / encode_document use) and its
+  Matryoshka dimensions (`matryoshka_dims`, for SentenceTransformer(..., truncate_dim=d)).
+* PyLate (--format=pylate): a ColBERT folder: the encoder (Transformer) then PyLate's
+  bias-free Dense projection (1_Dense), and a config that asks PyLate for exactly our
+  MaxSim: no [Q]/[D] marker tokens, no query expansion, no skiplist, our lengths; the
+  run's text prefixes as prompts.
+"""
+import json
+import os
+
+import numpy as np
+
+PYLATE_DENSE = "pylate.models.Dense.Dense"
+
+
+def _contrastive(run_config) -> dict:
+    if run_config is None or "contrastive" not in run_config:
+        return {}
+    block = run_config["contrastive"]
+    return dict(block.items()) if hasattr(block, "items") else dict(block)
+
+
+def st_config_extra(run_config) -> dict:
+    """config_sentence_transformers.json fields of a contrastive run (empty otherwise)."""
+    c = _contrastive(run_config)
+    out = {}
+    prompts = {name: c.get(key, "") for name, key in (("query", "query_prefix"),
+                                                       ("document", "passage_prefix"))}
+    if any(prompts.values()):
+        out["prompts"] = prompts
+    dims = c.get("matryoshka_dims", "")
+    if isinstance(dims, str):
+        dims = [int(x) for x in dims.replace(" ", "").split(",") if x]
+    if dims:
+        out["matryoshka_dims"] = sorted({int(d) for d in dims}, reverse=True)
+    return out
+
+
+def _write_json(path: str, value) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f, indent=2)
+
+
+def write_pylate(out: str, params, cfg, length: int, run_config=None) -> None:
+    """PyLate's modules beside the HF encoder folder already in `out`."""
+    from safetensors.numpy import save_file
+    if "colbert" not in params:
+        raise ValueError("--format=pylate needs a ColBERT head: a contrastive run with "
+                         "contrastive.head=colbert (its params hold 'colbert')")
+    kernel = np.asarray(params["colbert"]["kernel"], np.float32)  # [D, K]
+    folder = os.path.join(out, "1_Dense")
+    _write_json(os.path.join(folder, "config.json"), {
+        "in_features": int(kernel.shape[0]), "out_features": int(kernel.shape[1]),
+        "bias": False, "activation_function": "torch.nn.modules.linear.Identity",
+        "use_residual": False})
+    save_file({"linear.weight": np.ascontiguousarray(kernel.T)},
+              os.path.join(folder, "model.safetensors"))
+    _write_json(os.path.join(out, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Dense", "type": PYLATE_DENSE}])
+    _write_json(os.path.join(out, "sentence_bert_config.json"),
+                {"max_seq_length": length, "do_lower_case": False})
+    # PyLate's query_prefix / document_prefix are marker tokens it adds to the vocabulary
+    # ([Q], [D]); a run's text prefixes are prompts (encode(..., prompt_name="query")).
+    _write_json(os.path.join(out, "config_sentence_transformers.json"), {
+        "prompts": st_config_extra(run_config).get("prompts", {}), "default_prompt_name": None,
+        "similarity_fn_name": "MaxSim", "query_prefix": "", "document_prefix": "",
+        "query_length": length, "document_length": length,
+        "attend_to_expansion_tokens": False, "skiplist_words": [],
+        "do_query_expansion": False})
