@@ -10,7 +10,9 @@ memory analysis hardly depends on the generation, so each (recipe, T) is compile
 v5e:2x2 slice with FSDP over its 4 chips at 1 and 2 rows per chip; the line through those
 two points gives each chip's largest rows, and one more compile at v5e's prediction checks
 it with --check (stepping down while the compiler says it does not fit). The step time is the compile
-report's lower bound at that row count, rescaled to each chip's constants.
+report's lower bound at that row count, rescaled to each chip's constants (FLOPs / peak
+and collective bytes / ICI: the scanned compiles here skip the unrolled probes, so XLA's
+HBM traffic, which counts a loop body once, is left out).
 """
 import argparse
 import json
@@ -102,8 +104,10 @@ def fit(spec, seq_len, remat, scan, one: dict, two: dict, check: bool = False) -
     for c in FIT_CHIPS:  # the bound at each chip's rows: per-row work times rows, new constants
         scale = (rows[c] or 1) / base["rows_per_chip"]
         chip, st, ref = chips.CHIPS[c], base["step_time"], base_chip(base)
+        # a scanned stack compiled without the unrolled probes has no whole-step HBM count
+        hbm_s = st["hbm_s"] if base.get("xla_flops_unrolled") or not base["scan_groups"] else 0
         step[c] = max(st["compute_s"] * scale * ref.peak_flops / chip.peak_flops,
-                      st["hbm_s"] * scale * ref.hbm_bandwidth / chip.hbm_bandwidth,
+                      hbm_s * scale * ref.hbm_bandwidth / chip.hbm_bandwidth,
                       st["ici_s"] * ref.ici_bandwidth / chip.ici_bandwidth)
     return {**head, "params_m": round(one["parameters"] / 1e6, 1),
             "fixed_gib": round(fixed / 2**30, 2), "per_row_gib": round(per_row / 2**30, 3),
@@ -133,10 +137,11 @@ def markdown(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def table_from(path: str) -> str:
-    """The fit table from a (possibly partial) run's compile rows, in PLAN order."""
-    rows = [json.loads(line) for line in open(path) if line.startswith('{"benchmark"')
-            or line.startswith('{"fits"')]
+def table_from(paths: str) -> str:
+    """The fit table from (possibly partial) runs' compile rows (comma list of files), in
+    PLAN order."""
+    rows = [json.loads(line) for path in paths.split(",") for line in open(path)
+            if line.startswith('{"benchmark"') or line.startswith('{"fits"')]
     results = []
     for spec, t, remat, scan in PLAN:
         mine = {r["rows_per_chip"]: r for r in rows if r.get("recipe") == spec
@@ -148,7 +153,8 @@ def table_from(path: str) -> str:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--recipes", default="", help="comma list: only these PLAN recipes")
+    parser.add_argument("--recipes", default="", help="comma list, in this order: only these "
+                        "PLAN entries (NAME, or NAME@T for one length)")
     parser.add_argument("--others", action=argparse.BooleanOptionalAction, default=True,
                         help="also compile every other recipe once (1 row per chip)")
     parser.add_argument("--check", action=argparse.BooleanOptionalAction, default=False,
@@ -160,7 +166,9 @@ def main():
         print(table_from(args.table_from))
         return
     wanted = set(filter(None, args.recipes.split(",")))
-    plan = [p for p in PLAN if not wanted or p[0].split(":")[0] in wanted]
+    plan = PLAN if not wanted else [  # in the order asked: NAME or NAME@T
+        p for want in filter(None, args.recipes.split(",")) for p in PLAN
+        if want in (p[0].split(":")[0], f"{p[0].split(':')[0]}@{p[1]}")]
     # Coverage first (every recipe compiled once, with auto), then the second point of each line.
     ones = [compile_row(spec, t, 1, remat, scan) for spec, t, remat, scan in plan]
     if args.others:

@@ -293,7 +293,8 @@ def step_time_estimate(chip: chips.Chip, flops_per_chip: float, hbm_bytes: float
     bandwidth and collective bytes / interconnect (no overlap is assumed away, none is
     modelled: real steps are slower). Gradient all-reduces cross DCN when there are slices."""
     compute = flops_per_chip / chip.peak_flops
-    memory = (hbm_bytes or 0.0) / chip.hbm_bandwidth
+    memory = (hbm_bytes or 0.0) / chip.hbm_bandwidth  # 0 where unknown (a scanned stack
+    # compiled without the unrolled probes): the bound is then compute or interconnect
     total = sum(v["bytes"] for v in collectives.values())
     ici = total / chip.ici_bandwidth
     dcn = collectives["all-reduce"]["bytes"] / chip.dcn_bandwidth if num_slices > 1 else 0.0
@@ -408,8 +409,8 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
     if chip is not None:
         per_chip_flops = full or analytic or xla or 0.0
         hbm = _cost(compiled).get("bytes accessed")
-        if p is not None and xla and full:
-            hbm = hbm * full / xla if hbm else None  # the loop body's traffic, G times
+        if p is not None:  # XLA counts a loop body's traffic once: scale it, or leave it out
+            hbm = hbm * full / xla if (hbm and xla and full) else None
         row["step_time"] = step_time_estimate(chip, per_chip_flops, hbm,
                                               contents["collectives"], num_slices)
     return row
