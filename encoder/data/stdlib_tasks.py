@@ -23,7 +23,8 @@ task type:
                  drawn afresh, test.jsonl only;
   api_retrieval  embedding retrieval in BEIR's layout (corpus.jsonl,
                  queries.jsonl, qrels/test.tsv): the query is a docstring's first
-                 sentence, the relevant document the rest of that docstring.
+                 sentence, the relevant document the rest of that docstring; train.jsonl
+                 holds contrastive pairs of the other first sentences (no test query).
 
 Fine-tuned tasks write {train,dev,test}.jsonl, split by content hash, so the
 splits never change and never overlap. Generation is deterministic (fixed
@@ -244,6 +245,23 @@ def retrieval_task(items, num_queries: int = 400, seed: int = 0):
     return docs, queries, qrels
 
 
+def retrieval_train_pairs(items, queries, limit: int = 4000, seed: int = 0) -> list[dict]:
+    """Contrastive training pairs for api_retrieval (issue 26): {"text_a": a first sentence,
+    "text_b": its document's text} for the unique first sentences that are no test query."""
+    docs, _, _ = retrieval_task(items, num_queries=0, seed=seed)
+    text = {d["_id"]: d["text"] for d in docs}
+    firsts: dict = {}
+    for it in items:
+        doc_id = f"{it['module']}.{it['name']}"
+        if doc_id in text:
+            firsts.setdefault(first_sentence(it["doc"]), set()).add(doc_id)
+    test = {q["text"] for q in queries}
+    pairs = [{"text_a": q, "text_b": text[next(iter(ids))]}
+             for q, ids in sorted(firsts.items()) if len(ids) == 1 and q not in test]
+    random.Random(seed).shuffle(pairs)
+    return pairs[:limit]
+
+
 def write_task_json(out_dir: str, name: str, meta: dict) -> None:
     with open(os.path.join(out_dir, name, "task.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -300,6 +318,12 @@ def build_all(out_dir: str) -> dict:
                                      relatedness_task(items, n=400, seed=1)),
         "api_retrieval": write_retrieval(out_dir, "api_retrieval", *retrieval_task(items)),
     }
+    # api_retrieval's training pairs (the contrastive task trains on them as they are)
+    pairs = retrieval_train_pairs(items, retrieval_task(items)[1])
+    with open(os.path.join(out_dir, "api_retrieval", "train.jsonl"), "w") as f:
+        for ex in pairs:
+            f.write(json.dumps(ex) + "\n")
+    counts["api_retrieval"]["train"] = len(pairs)
     for name, meta in TASK_META.items():
         write_task_json(out_dir, name, meta)
     return counts
