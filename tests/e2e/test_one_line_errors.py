@@ -46,9 +46,6 @@ def test_flag_and_config_mistakes_are_one_line(tmp_path):
     rc, _, err = run("encoder.main", "--config=experiments/pretrain.py:runlocal",
                      "--config.model.num_layer=4", f"--workdir={wd}")
     one_line(rc, err, "num_layer", 'Did you mean "num_layers"')
-    rc, _, err = run("encoder.main", "--config=experiments/pretrain.py:runlocal",
-                     "--config.model.num_layers=-1", f"--workdir={wd}")
-    one_line(rc, err, "model.num_layers must be positive")
     rc, _, err = run("encoder.ablate", "--config=experiments/pretrain.py:runlocal",
                      "--sweep=model.position=bogus", f"--workdir={tmp_path / 'study'}")
     one_line(rc, err, "bogus")
@@ -116,10 +113,3 @@ def test_pretraining_restart_on_changed_data_is_refused(tmp_path):
                      f"--workdir={tmp_path / 'wd2'}")
     one_line(rc, err, "unfinished prepared corpus", "0 of 3 units")
     assert not (tmp_path / "wd2").exists()  # a run that failed before writing leaves nothing
-    # text that is all skipped: the config field the user gave is named, and every file
-    (half / "plan.json").unlink()
-    (half / "units").rmdir()
-    (half / "x.bin").write_bytes(b"\x00\x01")
-    rc, _, err = run("encoder.main", *args[:1], f"--config.data.train_files={half}",
-                     f"--workdir={tmp_path / 'wd3'}")
-    one_line(rc, err, "--config.data.train_files=", "x.bin (binary")
