@@ -53,26 +53,6 @@ def test_unsupported_position_type_is_an_error():
         hf_bert.config_from_hf({"position_embedding_type": "relative_key"})
 
 
-def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
-    import subprocess
-    import sys
-    from helpers import ROOT as root
-    out = tmp_path / "ckpt"
-    subprocess.run([sys.executable, "-m", "encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
-                    f"--out={out}"], cwd=root, check=True, capture_output=True,
-                   env={**os.environ, "XLA_FLAGS": ""})
-    from encoder.checkpoints import sources, store
-    cfg, params = store.load_params(str(out))
-    ref_cfg, ref = hf_bert.load(minilm_dir())
-    assert cfg.to_dict() == ref_cfg.to_dict()
-    ids = np.array([[101, 7592, 2088, 102]])
-    np.testing.assert_array_equal(np.asarray(encoder.encode(cfg, params, ids)),
-                                  np.asarray(encoder.encode(ref_cfg, ref, ids)))
-    # The folder carries its vocabulary, so it is a valid init_from (one door for all sources).
-    p = sources.load(str(out))
-    assert p.kind == "params" and p.tokenizer.encode("hello world") == [7592, 2088]
-
-
 def _copy_minilm(dst, config_edit=None, drop_tensor=None):
     """A copy of the MiniLM folder with its config.json or tensors damaged."""
     import json

@@ -36,65 +36,6 @@ def _losses(workdir):
     return [r["train/loss"] for r in metrics_io.read_metrics(workdir) if "train/loss" in r]
 
 
-@pytest.mark.parametrize("objective", ["mlm", "rtd"])
-def test_one_and_eight_devices_give_the_same_loss(tmp_path, shared_data, objective):
-    results = {}
-    # data=4 x fsdp=2 exercises both mesh axes at once (batch over 8 devices, parameters
-    # and optimizer state over 2).
-    for name, devices, mesh in (("1", jax.devices()[:1], dict(data=1, fsdp=1)),
-                                ("data4_fsdp2", jax.devices(), dict(data=4, fsdp=2))):
-        config = small_config()
-        config.objective = objective
-        config.data.tokenizer, config.data.cache_dir = shared_data
-        config.mesh.update(mesh)
-        pretrain.train(config, str(tmp_path / name), devices=devices)
-        results[name] = _losses(str(tmp_path / name))
-    assert len(results["1"]) == 10
-    np.testing.assert_allclose(results["data4_fsdp2"], results["1"], rtol=1e-5)
-    assert results["1"][-1] < results["1"][0]
-
-
-def test_fsdp_shards_parameters(shared_data, tmp_path):
-    config = small_config()
-    config.data.tokenizer, config.data.cache_dir = shared_data
-    config.mesh.update(dict(data=4, fsdp=2))
-    state = pretrain.build(config, str(tmp_path)).trainer.initial_state
-    kernel = state.params["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]  # [embed, mlp]
-    assert kernel.sharding.spec[0] == "fsdp"
-    assert kernel.addressable_shards[0].data.shape == (kernel.shape[0] // 2, kernel.shape[1])
-    mu = state.opt_state[1][0].mu["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]
-    assert mu.sharding.spec[0] == "fsdp"
-
-
-def test_gradient_accumulation_matches_the_full_batch(shared_data, tmp_path):
-    losses = {}
-    for accum in (1, 2):
-        config = small_config(num_steps=3, grad_accum_steps=accum)
-        config.data.tokenizer, config.data.cache_dir = shared_data
-        config.model.dropout = 0.0
-        pretrain.train(config, str(tmp_path / str(accum)), devices=jax.devices()[:1])
-        losses[accum] = _losses(str(tmp_path / str(accum)))
-    # Same masks (corruption precedes micro-batching); the loss is a mean of
-    # micro-batch means, which differs from the full-batch mean only through the
-    # unequal masked counts per micro-batch.
-    np.testing.assert_allclose(losses[2], losses[1], rtol=2e-2)
-    assert losses[2] != losses[1]  # the accumulation path really ran
-
-
-def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(shared_data, tmp_path):
-    config = small_config(num_steps=20, checkpoint_every=5, debug_nan_at_step=7)
-    config.data.tokenizer, config.data.cache_dir = shared_data
-    with pytest.raises(FloatingPointError, match=r"at step 8.*last good checkpoint \(step 5\)"):
-        pretrain.train(config, str(tmp_path), devices=jax.devices()[:1])
-    from encoder.checkpoints import store as checkpoint
-    mngr = checkpoint.manager(str(tmp_path))
-    assert mngr.all_steps() == [5]
-    restored = mngr.restore(5, args=checkpoint.ocp.args.Composite(
-        state=checkpoint.ocp.args.StandardRestore()))
-    leaves = jax.tree.leaves(restored["state"]["params"])
-    assert all(np.all(np.isfinite(x)) for x in leaves)
-
-
 def _main(workdir, *extra, steps=30, checkpoint_every=10):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     cmd = [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
@@ -126,7 +67,53 @@ def reference_losses(tmp_path_factory, shared_data):
     return _losses(str(d))
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize("objective", ["mlm", "rtd"])
+def test_one_and_eight_devices_give_the_same_loss(tmp_path, shared_data, objective):
+    results = {}
+    # data=4 x fsdp=2 exercises both mesh axes at once (batch over 8 devices, parameters
+    # and optimizer state over 2).
+    for name, devices, mesh in (("1", jax.devices()[:1], dict(data=1, fsdp=1)),
+                                ("data4_fsdp2", jax.devices(), dict(data=4, fsdp=2))):
+        config = small_config()
+        config.objective = objective
+        config.data.tokenizer, config.data.cache_dir = shared_data
+        config.mesh.update(mesh)
+        pretrain.train(config, str(tmp_path / name), devices=devices)
+        results[name] = _losses(str(tmp_path / name))
+    assert len(results["1"]) == 10
+    np.testing.assert_allclose(results["data4_fsdp2"], results["1"], rtol=1e-5)
+    assert results["1"][-1] < results["1"][0]
+
+
+def test_gradient_accumulation_matches_the_full_batch(shared_data, tmp_path):
+    losses = {}
+    for accum in (1, 2):
+        config = small_config(num_steps=3, grad_accum_steps=accum)
+        config.data.tokenizer, config.data.cache_dir = shared_data
+        config.model.dropout = 0.0
+        pretrain.train(config, str(tmp_path / str(accum)), devices=jax.devices()[:1])
+        losses[accum] = _losses(str(tmp_path / str(accum)))
+    # Same masks (corruption precedes micro-batching); the loss is a mean of
+    # micro-batch means, which differs from the full-batch mean only through the
+    # unequal masked counts per micro-batch.
+    np.testing.assert_allclose(losses[2], losses[1], rtol=2e-2)
+    assert losses[2] != losses[1]  # the accumulation path really ran
+
+
+def test_non_finite_loss_stops_with_the_step_and_keeps_the_checkpoint(shared_data, tmp_path):
+    config = small_config(num_steps=20, checkpoint_every=5, debug_nan_at_step=7)
+    config.data.tokenizer, config.data.cache_dir = shared_data
+    with pytest.raises(FloatingPointError, match=r"at step 8.*last good checkpoint \(step 5\)"):
+        pretrain.train(config, str(tmp_path), devices=jax.devices()[:1])
+    from encoder.checkpoints import store as checkpoint
+    mngr = checkpoint.manager(str(tmp_path))
+    assert mngr.all_steps() == [5]
+    restored = mngr.restore(5, args=checkpoint.ocp.args.Composite(
+        state=checkpoint.ocp.args.StandardRestore()))
+    leaves = jax.tree.leaves(restored["state"]["params"])
+    assert all(np.all(np.isfinite(x)) for x in leaves)
+
+
 def test_sigkill_then_restart_reaches_the_same_loss(tmp_path, shared_data, reference_losses):
     tok, cache = shared_data
     extra = (f"--config.data.tokenizer={tok}", f"--config.data.cache_dir={cache}")
@@ -146,7 +133,6 @@ def test_sigkill_then_restart_reaches_the_same_loss(tmp_path, shared_data, refer
     assert [r["train/loss"] for r in rows] == reference_losses
 
 
-@pytest.mark.slow
 def test_ctrl_c_checkpoints_and_a_restart_reaches_the_same_loss(tmp_path, shared_data,
                                                                 reference_losses):
     tok, cache = shared_data
@@ -163,7 +149,6 @@ def test_ctrl_c_checkpoints_and_a_restart_reaches_the_same_loss(tmp_path, shared
     assert _losses(str(tmp_path)) == reference_losses
 
 
-@pytest.mark.slow
 def test_sigterm_writes_a_checkpoint_before_exit(tmp_path, shared_data):
     tok, cache = shared_data
     proc = _main(tmp_path, f"--config.data.tokenizer={tok}", f"--config.data.cache_dir={cache}",
@@ -176,7 +161,6 @@ def test_sigterm_writes_a_checkpoint_before_exit(tmp_path, shared_data):
     assert len(steps) == 1 and 3 <= steps[0] < 100000
 
 
-@pytest.mark.slow
 def test_two_processes_match_one(tmp_path, shared_data):
     import portpicker
     tok, cache = shared_data
@@ -205,11 +189,3 @@ def test_resolved_config_and_metrics_files(shared_data, tmp_path):
     assert os.path.isdir(tmp_path / "tensorboard")
     with open(tmp_path / "config.json") as f:
         assert json.load(f)["objective"] == "mlm"
-
-
-def test_the_run_says_how_many_times_it_reads_its_data():
-    from encoder.jobs import pretrain
-    once = pretrain.data_passes(rows=400, steps=50, batch_size=8, seq_len=128)
-    assert "read it 1.0 times" in once and "many passes" not in once
-    many = pretrain.data_passes(rows=3398, steps=1200, batch_size=32, seq_len=128)
-    assert "read it 11.3 times" in many and "many passes" in many

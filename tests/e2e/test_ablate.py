@@ -59,7 +59,7 @@ def _study(workdir, *extra, steps=8, sweep="model.position=learned,rope", seeds=
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-@pytest.mark.slow
+
 def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path, tiny_pretrained):
     shared = (f"--config.data.tokenizer={tiny_pretrained}/tokenizer/sp.model",
               f"--config.data.cache_dir={tiny_pretrained}/cache")
