@@ -20,14 +20,14 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
     "encoder.data": 2, "encoder.model": 2,
     "encoder.objectives": 3,   # the training games and the pretraining step's pieces
     "encoder.eval": 4,         # metrics and evaluators over arrays and apply functions
-    "encoder.retrieval": 4.5,  # retrieval library: losses, heads, MaxSim, search, BEIR, BM25
-    "encoder.tasks": 5,        # one file per task type (sits on data, model, eval)
-    "encoder.interop": 5,      # HF families as tables: tensors <-> parameter trees
-    "encoder.checkpoints": 6,  # the one door every job starts from
-    "encoder.train": 7, "encoder.finetune": 7,  # the trainer library; fine-tuning's parts
-    "encoder.jobs": 8,         # the programs
-    "encoder.studies": 9,      # runs of many jobs: ablations, the suite
-    "encoder": 10,             # the command modules at the package's top
+    "encoder.retrieval": 5,    # retrieval library: losses, heads, MaxSim, search, BEIR, BM25
+    "encoder.tasks": 6,        # one file per task type (sits on data, model, eval)
+    "encoder.interop": 6,      # HF families as tables: tensors <-> parameter trees
+    "encoder.checkpoints": 7,  # the one door every job starts from
+    "encoder.train": 8, "encoder.finetune": 8,  # the trainer library; fine-tuning's parts
+    "encoder.jobs": 9,         # the programs
+    "encoder.studies": 10,     # runs of many jobs: ablations, the suite
+    "encoder": 11,             # the command modules at the package's top
 }
 # Public commands whose name sits in a lower folder (scripts rely on the names): each is a
 # thin module that defines its flags and calls its job, so it ranks with the commands.
