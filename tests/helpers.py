@@ -62,3 +62,71 @@ def topic_config(source, task_dir, **train):
 def _finetune_experiment():
     from experiments import finetune as finetune_exp
     return finetune_exp
+
+
+# --------------------------------------------------------------------------- GLUE files
+MNLI_TRAIN = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+              "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tgold_label")
+MNLI_DEV = ("index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\tsentence2_binary_parse\t"
+            "sentence1_parse\tsentence2_parse\tsentence1\tsentence2\tlabel1\tlabel2\tlabel3\t"
+            "label4\tlabel5\tgold_label")
+STSB = "index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\tsentence1\tsentence2\tscore"
+
+
+def _mnli_row(i, a, b, label, dev=False):
+    labels = [label] * (5 if dev else 1)
+    return "\t".join([str(i), "31193", "31193n", "government", "( ( x ) )", "( y )", "(ROOT x)",
+                      "(ROOT y)", a, b, *labels, label])
+
+
+def write_glue(root) -> str:
+    """Every GLUE task in its download layout (headers, BOM, header-less CoLA, MNLI's two
+    dev sets, STS-B floats, a short QQP row), two or three rows a file."""
+    files = {
+        "CoLA/train.tsv": "gj04\t1\t\tOur friends won't buy this analysis.\n"
+                          "gj04\t0\t*\tThey drank the pub.\n",
+        "CoLA/dev.tsv": "gj04\t1\t\tThe sailors rode the breeze.\n",
+        "CoLA/test.tsv": "index\tsentence\n0\tBill whistled past the house.\n",
+        "SST-2/train.tsv": "sentence\tlabel\nhide new secretions \t0\ngreat fun \t1\n",
+        "SST-2/dev.tsv": "sentence\tlabel\nit 's a charming journey . \t1\n",
+        "MRPC/train.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                          "1\t702876\t702977\tAmrozi accused him .\tHe accused Amrozi .\n"
+                          "0\t2108705\t2108831\tYucaipa owned it .\tYucaipa bought it .\n",
+        "MRPC/dev.tsv": "\ufeffQuality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+                        "1\t1355540\t1355592\tHe said so .\tHe told us so .\n",
+        "QQP/train.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                         "133273\t213221\t213222\tHow is the life?\tHow is life?\t1\n"
+                         "402555\t536040\t536041\tHow do I learn?\n"
+                         "360472\t364011\t490273\tWhat is X?\tWho is Y?\t0\n",
+        "QQP/dev.tsv": "id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n"
+                       "1\t2\t3\tWhy is the sky blue?\tWhy blue sky?\t1\n",
+        "STS-B/train.tsv": f"{STSB}\n0\tmain-captions\tMSRvid\t2012test\t0001\tnone\tnone\t"
+                           "A plane is taking off.\tAn air plane is taking off.\t5.000\n"
+                           f"1\tmain-captions\tMSRvid\t2012test\t0004\tnone\tnone\tA man plays."
+                           "\tA dog runs.\t0.500\n",
+        "STS-B/dev.tsv": f"{STSB}\n0\tmain-captions\tMSRvid\t2012test\t0000\tnone\tnone\t"
+                         "A man with a hard hat.\tA man wearing a hard hat.\t4.750\n",
+        "MNLI/train.tsv": MNLI_TRAIN + "\n" + _mnli_row(0, "Conceptually cream.", "Cream is.",
+                                                        "neutral") + "\n" +
+                          _mnli_row(1, "You know.", "You do not.", "contradiction") + "\n",
+        "MNLI/dev_matched.tsv": MNLI_DEV + "\n" + _mnli_row(0, "The new rights.", "Rights.",
+                                                            "entailment", dev=True) + "\n",
+        "MNLI/dev_mismatched.tsv": MNLI_DEV + "\n" + _mnli_row(0, "Your gift.", "A gift.",
+                                                               "neutral", dev=True) + "\n",
+        "QNLI/train.tsv": "index\tquestion\tsentence\tlabel\n0\tWhen?\tIn 1990.\tentailment\n"
+                          "1\tWho?\tNobody knows.\tnot_entailment\n",
+        "QNLI/dev.tsv": "index\tquestion\tsentence\tlabel\n0\tWhere?\tIn Paris.\tentailment\n",
+        "RTE/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tNo war.\tWar.\tnot_entailment\n"
+                         "1\tA cat sat.\tA cat.\tentailment\n",
+        "RTE/dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tDana won.\tDana.\tentailment\n",
+        "WNLI/train.tsv": "index\tsentence1\tsentence2\tlabel\n0\tI stuck a pin.\tIt had.\t1\n"
+                          "1\tJohn saw Bill.\tBill saw.\t0\n",
+        "WNLI/dev.tsv": "index\tsentence1\tsentence2\tlabel\n0\tThe drain is clogged.\tIt is.\t0\n",
+        "diagnostic/diagnostic.tsv": "index\tsentence1\tsentence2\n0\ta\tb\n",
+    }
+    for rel, text in files.items():
+        path = os.path.join(root, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return str(root)

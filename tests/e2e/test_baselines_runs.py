@@ -15,8 +15,7 @@ import pytest
 from encoder.eval import metrics
 from encoder.tasks import classification
 from encoder.studies.suite import battery, catalog
-from helpers import ROOT, topic_task, write_jsonl
-from test_suite import write_glue
+from helpers import ROOT, topic_task, write_glue, write_jsonl
 
 # ------------------------------------------------------------------------ toy tasks
 
