@@ -67,6 +67,8 @@ import jax
 from absl import app, flags
 from ml_collections import config_flags
 
+from encoder.tasks import table as tasks_table
+
 MODES = ("step", "pipeline", "prepare", "compile", "device")  # benchmarks/<mode>.py
 
 
@@ -87,8 +89,8 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_enum("job", "pretrain", ["pretrain", "finetune"],
                       "compile: the pretraining step or a fine-tuning step (with --task)")
-    flags.DEFINE_string("task", "classification", "compile --job=finetune: the task type "
-                        "(classification | regression | tagging | qa)")
+    flags.DEFINE_string("task", tasks_table.DEFAULT, "compile --job=finetune: the task type "
+                        f"({' | '.join(tasks_table.having('label_fields'))})")
     flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
                       "2-layer probes to count the whole step's XLA FLOPs")
     flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")

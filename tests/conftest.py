@@ -57,10 +57,30 @@ def tiny_cfg():
 def tiny_pretrained(tmp_path_factory):
     """The README's pretraining recipe at runlocal size, 6 steps: a workdir every job can start
     from (its tokenizer and prepared corpus cache are reused by other tests)."""
-    from experiments import pretrain as pretrain_exp
     from encoder.jobs import pretrain
+    from helpers import tiny_pretrain_config
     d = str(tmp_path_factory.mktemp("tiny_pretrained"))
-    config = pretrain_exp.get_config("runlocal")
-    config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))
-    pretrain.train(config, d, devices=jax.devices()[:1])
+    pretrain.train(tiny_pretrain_config(), d, devices=jax.devices()[:1])
     return d
+
+
+@pytest.fixture(scope="session")
+def shared_data(tiny_pretrained):
+    """(tokenizer, prepared corpus cache) of the session's tiny_pretrained workdir."""
+    return (os.path.join(tiny_pretrained, "tokenizer", "sp.model"),
+            os.path.join(tiny_pretrained, "cache"))
+
+
+@pytest.fixture(scope="session")
+def text_corpus(tmp_path_factory):
+    """Three files of real text (stdlib docs), blank-line documents, ~400 KB, and a
+    SentencePiece model trained on them: (folder, tokenizer path)."""
+    from encoder.data import corpus, tokenizer as tokenizer_lib
+    d = tmp_path_factory.mktemp("text")
+    docs = corpus.stdlib_documents()[:3000]
+    for k in range(3):
+        with open(d / f"part{k}.txt", "w", encoding="utf-8") as f:
+            for doc in docs[k::3]:
+                f.write(doc + "\n\n\n" if k == 1 else doc + "\n\n")
+    tok = tokenizer_lib.train_sentencepiece(docs, str(d / "sp"), 2000)
+    return str(d), tok

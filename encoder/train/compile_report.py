@@ -71,27 +71,19 @@ def abstract_batch(config, mesh) -> dict:
     return batch
 
 
-# task type -> its label fields (name, per-row shape given T, dtype) and label names
-FINETUNE_FIELDS = {
-    "classification": ([("labels", (), jnp.int32)], ["0", "1"]),
-    "regression": ([("labels", (), jnp.float32)], None),
-    "tagging": ([("labels", ("T",), jnp.int32)], ["O", "B", "I"]),
-    "qa": ([("start_positions", (), jnp.int32), ("end_positions", (), jnp.int32),
-            ("context_mask", ("T",), jnp.int32)], None),
-}
-
-
 def _finetune_pieces(config, task_name: str, mesh):
     """(init_params, loss_fn, abstract batch) of a fine-tuning step: the task type's own
     head, forward and loss (encoder.tasks) on the recipe's encoder, as the finetune job
     builds them. Imports encoder.tasks lazily (the one edge from train/ to tasks/)."""
     from encoder.model import models
     from encoder.tasks.table import TASKS
-    if task_name not in FINETUNE_FIELDS:
-        raise ValueError(f"--task={task_name!r}: the compile report builds "
-                         f"{sorted(FINETUNE_FIELDS)}")
-    fields, labels = FINETUNE_FIELDS[task_name]
-    task = TASKS[task_name](config, None, labels=labels)
+    built = [name for name, cls in TASKS.items() if cls.label_fields]
+    if task_name not in built:
+        raise ValueError(f"--task={task_name!r}: the compile report builds {sorted(built)}")
+    cls = TASKS[task_name]
+    # three placeholder label names where the head's rows come from the training file
+    # (the first is tagging's outside tag); the shapes are all the compile needs
+    task = cls(config, None, labels=["O", "B-X", "I-X"] if cls.uses_labels else None)
     model = task.model(models.freeze(config.model), config.pooling)
     ids = jnp.ones((1, 8), jnp.int32)
 
@@ -109,13 +101,13 @@ def _finetune_pieces(config, task_name: str, mesh):
     batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=sharding)
              for k in ("input_ids", "segment_ids", "attention_mask")}
     batch["weight"] = jax.ShapeDtypeStruct((b,), jnp.float32, sharding=sharding)
-    for name, shape, dtype in fields:
+    for name, shape, dtype in cls.label_fields:
         batch[name] = jax.ShapeDtypeStruct((b, *[t if s == "T" else s for s in shape]), dtype,
                                            sharding=sharding)
     return init_params, loss_fn, batch
 
 
-def compile_step(config, devices=None, job: str = "pretrain", task: str = "classification"):
+def compile_step(config, devices=None, job: str = "pretrain", task: str | None = None):
     """The train step lowered and compiled for config's shapes, from shapes alone (no
     parameter is allocated): (compiled, abstract state, shardings, mesh, (lower s, compile s))."""
     if job not in JOBS:
@@ -127,7 +119,8 @@ def compile_step(config, devices=None, job: str = "pretrain", task: str = "class
         init_params, loss_fn, prepare = pieces.init_params, pieces.loss_fn, pieces.prepare
         batch = abstract_batch(config, mesh)
     else:
-        init_params, loss_fn, batch = _finetune_pieces(config, task, mesh)
+        from encoder.tasks.table import DEFAULT
+        init_params, loss_fn, batch = _finetune_pieces(config, task or DEFAULT, mesh)
         prepare = None
     abstract, shardings = trainer_lib.state_shapes(init_params, tx, mesh, jax.random.key(0))
     step = trainer_lib.jit_step(trainer_lib.make_step(
@@ -308,7 +301,7 @@ def step_time_estimate(chip: chips.Chip, flops_per_chip: float, hbm_bytes: float
 
 # ------------------------------------------------------------------ the report
 
-def unrolled_xla_flops(config, devices=None, job="pretrain", task="classification") -> float:
+def unrolled_xla_flops(config, devices=None, job="pretrain", task=None) -> float:
     """XLA's FLOPs of the whole unrolled step, extrapolated from 1- and 2-layer compiles.
 
     XLA's cost analysis counts a while loop's body once, so a scanned stack's own count
@@ -343,7 +336,7 @@ def _oom_row(error: Exception) -> dict | None:
 
 def compile_report(config, unrolled_flops: bool = True, devices=None, *, topology: str = "",
                    num_slices: int = 1, job: str = "pretrain",
-                   task: str = "classification") -> dict:
+                   task: str | None = None) -> dict:
     """One row per compile: memory per chip, FLOPs, collectives, kernels, fit, step bound.
 
     XLA's FLOPs count every op of the step (norms, softmax, the optimizer, the masking);

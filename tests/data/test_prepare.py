@@ -1,29 +1,13 @@
 """Prepared corpora: the same rows as in-memory packing, parallel/resumed/distributed runs
 that agree, an evenly drawn tokenizer sample, and clear errors for damaged corpora."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from encoder.data import corpus, packing, pipeline, prepare, shards, tokenizer as tokenizer_lib
 
-from helpers import ROOT  # noqa: E402
 SMALL_UNITS = prepare.Settings(shard_mb=0.05)  # ~50 KB units: many cuts inside each file
-
-
-@pytest.fixture(scope="module")
-def text_corpus(tmp_path_factory):
-    """Three files of real text (stdlib docs), blank-line documents, ~400 KB."""
-    d = tmp_path_factory.mktemp("text")
-    docs = corpus.stdlib_documents()[:3000]
-    for k in range(3):
-        with open(d / f"part{k}.txt", "w", encoding="utf-8") as f:
-            for doc in docs[k::3]:
-                f.write(doc + "\n\n\n" if k == 1 else doc + "\n\n")
-    tok = tokenizer_lib.train_sentencepiece(docs, str(d / "sp"), 2000)
-    return str(d), tok
 
 
 def _manifest_core(m):
@@ -102,13 +86,6 @@ def test_beam_pipeline_writes_the_same_corpus(text_corpus, prepared, tmp_path):
     folder, tok = text_corpus
     m = prepare.prepare_with_beam(folder, str(tmp_path / "beam"), SMALL_UNITS, tokenizer=tok)
     assert _manifest_core(m) == _manifest_core(prepared[1])
-
-
-def _cli(folder, out, tok, *extra):
-    cmd = [sys.executable, "-m", "encoder.data.prepare", f"--input={folder}", f"--out={out}",
-           f"--tokenizer={tok}", "--num_workers=1", "--shard_mb=0.02", *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
 
 
 def test_changed_input_is_refused_on_resume(text_corpus, tmp_path):

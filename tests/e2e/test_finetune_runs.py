@@ -34,20 +34,6 @@ def _finetune_cli(workdir, source, task_dir, *extra):
                             stderr=subprocess.STDOUT, text=True)
 
 
-BAD_FILES = {  # what a user writes by accident -> the error it must get
-    "mixed label types": ("classification", [{"text": "a", "label": 0}, {"text": "b", "label": "0"}],
-                          r"train.jsonl:2: label '0' is a str.*mixed label types"),
-    "one label": ("classification", [{"text": "a", "label": "x"}, {"text": "b", "label": "x"}],
-                  r"only one label"),
-    "missing label": ("classification", [{"text": "a", "label": "x"}, {"text": "b"}],
-                      r"train.jsonl:2: no 'label' field"),
-    "tokens as a string": ("tagging", [{"tokens": "ab", "tags": ["O", "O"]}],
-                           r"train.jsonl:1: 'tokens' must be a list of strings"),
-    "non-numeric regression label": ("regression", [{"text": "a", "label": "high"}],
-                                     r"train.jsonl:1: regression label 'high' is not a number"),
-}
-
-
 @pytest.mark.parametrize("task,mode", [("classification", "full"), ("regression", "frozen"),
                                        ("tagging", "lora"), ("qa", "full"),
                                        ("contrastive", "full")])

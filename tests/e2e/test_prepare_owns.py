@@ -1,35 +1,20 @@
 """`encoder.data.prepare` as a user runs it: it writes only into a folder it owns, refuses
 before writing anything, never calls a half-made or damaged corpus valid, and says so in
 one line (issue 27). Folders are hashed before and after every refusal."""
-import hashlib
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from encoder.data import corpus, tokenizer as tokenizer_lib
 
-from helpers import ROOT
+from helpers import run_module, snapshot
 
 pytestmark = pytest.mark.e2e
 
 
-def snapshot(folder) -> dict:
-    out = {}
-    for d, _, files in os.walk(folder):
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
-
-
 def prepare(*args, timeout=120):
-    proc = subprocess.run([sys.executable, "-m", "encoder.data.prepare", "--num_workers=1",
-                           *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
-    return proc.returncode, proc.stdout, proc.stderr
+    return run_module("encoder.data.prepare", "--num_workers=1", *args, timeout=timeout)
 
 
 def refused(rc, err, *words):

@@ -1,5 +1,5 @@
-"""Prepared corpora: the same rows as in-memory packing, parallel/resumed/distributed runs
-that agree, an evenly drawn tokenizer sample, and clear errors for damaged corpora."""
+"""python -m encoder.data.prepare killed midway resumes to the same manifest (the prepared
+corpus itself: tests/data/test_prepare.py)."""
 import json
 import os
 import signal
@@ -7,25 +7,7 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from encoder.data import corpus, prepare, tokenizer as tokenizer_lib
-
-from helpers import ROOT  # noqa: E402
-SMALL_UNITS = prepare.Settings(shard_mb=0.05)  # ~50 KB units: many cuts inside each file
-
-
-@pytest.fixture(scope="module")
-def text_corpus(tmp_path_factory):
-    """Three files of real text (stdlib docs), blank-line documents, ~400 KB."""
-    d = tmp_path_factory.mktemp("text")
-    docs = corpus.stdlib_documents()[:3000]
-    for k in range(3):
-        with open(d / f"part{k}.txt", "w", encoding="utf-8") as f:
-            for doc in docs[k::3]:
-                f.write(doc + "\n\n\n" if k == 1 else doc + "\n\n")
-    tok = tokenizer_lib.train_sentencepiece(docs, str(d / "sp"), 2000)
-    return str(d), tok
+from helpers import ROOT
 
 
 def _manifest_core(m):
@@ -33,35 +15,11 @@ def _manifest_core(m):
     return {"splits": m["splits"], "stats": m["stats"], "tokenizer": m["tokenizer"]["fingerprint"]}
 
 
-@pytest.fixture(scope="module")
-def prepared(text_corpus, tmp_path_factory):
-    folder, tok = text_corpus
-    out = str(tmp_path_factory.mktemp("prep") / "corpus")
-    manifest = prepare.prepare(folder, out, SMALL_UNITS, tokenizer=tok, num_workers=1)
-    return out, manifest
-
-
 def _cli(folder, out, tok, *extra):
     cmd = [sys.executable, "-m", "encoder.data.prepare", f"--input={folder}", f"--out={out}",
            f"--tokenizer={tok}", "--num_workers=1", "--shard_mb=0.02", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
-
-
-def _data_cfg(train_files, **kw):
-    from encoder import config as config_lib
-    cfg = config_lib.base_config().data
-    cfg.train_files = train_files
-    cfg.seq_len = 32
-    cfg.update(kw)
-    return cfg
-
-
-def _copy(out, tmp_path):
-    import shutil
-    dst = str(tmp_path / "copy")
-    shutil.copytree(out, dst)
-    return dst
 
 
 def test_prepare_killed_midway_resumes_to_the_same_manifest(text_corpus, tmp_path):

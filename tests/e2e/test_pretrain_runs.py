@@ -13,23 +13,12 @@ import pytest
 from encoder.train import metrics_io
 from encoder.jobs import pretrain
 
-from helpers import ROOT  # noqa: E402
+from helpers import ROOT, tiny_pretrain_config
 
 
 def small_config(**train):
-    sys.path.insert(0, ROOT)
-    from experiments import pretrain
-    config = pretrain.get_config("runlocal")
-    config.train.update(dict(num_steps=10, log_every=1, eval_every=0, checkpoint_every=100))
-    config.train.update(train)
-    return config
-
-
-@pytest.fixture(scope="module")
-def shared_data(tiny_pretrained):
-    """The session's tokenizer and prepared corpus, reused by every run here (speed)."""
-    return os.path.join(tiny_pretrained, "tokenizer", "sp.model"), os.path.join(tiny_pretrained,
-                                                                                 "cache")
+    return tiny_pretrain_config(**{"num_steps": 10, "log_every": 1, "checkpoint_every": 100,
+                                   **train})
 
 
 def _losses(workdir):

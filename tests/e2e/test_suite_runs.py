@@ -12,18 +12,8 @@ import pytest
 
 from encoder.data import stdlib_tasks
 from encoder.studies import records
-from encoder.studies.suite import battery, catalog
-from helpers import ROOT, topic_task, write_glue
-
-
-def _read_jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def _glue_tasks(tmp_path):
-    tasks, _ = catalog.discover(write_glue(tmp_path / "glue"))
-    return {t.name: t for t in tasks}
+from encoder.studies.suite import battery
+from helpers import ROOT, topic_task
 
 
 @pytest.fixture(scope="module")

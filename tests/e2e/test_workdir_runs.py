@@ -1,6 +1,5 @@
 """Workdirs that cannot be corrupted: identity on restart, one writer, checkpoint fallback,
 up-front numeric checks, strict JSON."""
-import hashlib
 import json
 import os
 import shutil
@@ -12,25 +11,7 @@ import pytest
 
 from encoder.train import metrics_io, workdir as workdir_lib
 from encoder.jobs import pretrain
-from experiments import pretrain as pretrain_exp
-
-
-def tiny_config(tiny_pretrained, **train):
-    """The configuration tiny_pretrained was trained with (conftest), plus overrides."""
-    config = pretrain_exp.get_config("runlocal")
-    config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))
-    config.train.update(train)
-    return config
-
-
-def snapshot(folder) -> dict:
-    """path -> sha256 of every file under folder (what 'nothing changed' means)."""
-    out = {}
-    for d, _, files in os.walk(folder):
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
+from helpers import ROOT, snapshot, tiny_pretrain_config
 
 
 @pytest.mark.parametrize("change", ["model.hidden_size", "objective", "data.seq_len"])
@@ -39,7 +20,7 @@ def test_restart_with_another_run_is_refused_and_nothing_changes(tiny_pretrained
     wd = str(tmp_path / "wd")
     shutil.copytree(tiny_pretrained, wd)
     before = snapshot(wd)
-    config = tiny_config(tiny_pretrained, num_steps=8)
+    config = tiny_pretrain_config(num_steps=8)
     if change == "model.hidden_size":
         config.model.hidden_size = 256
     elif change == "objective":
@@ -54,7 +35,7 @@ def test_restart_with_another_run_is_refused_and_nothing_changes(tiny_pretrained
 def test_a_changed_step_count_is_allowed_and_logged(tiny_pretrained, tmp_path, capsys):
     wd = str(tmp_path / "wd")
     shutil.copytree(tiny_pretrained, wd)
-    result = pretrain.train(tiny_config(tiny_pretrained, num_steps=8), wd,
+    result = pretrain.train(tiny_pretrain_config(num_steps=8), wd,
                             devices=jax.devices()[:1])
     assert result["step"] == 8
     out = capsys.readouterr().out
@@ -80,7 +61,6 @@ def test_one_writer_per_workdir_and_stale_locks_are_taken_over(tmp_path):
 
 
 def test_a_second_launch_on_a_busy_workdir_says_who_holds_it(tiny_pretrained, tmp_path):
-    from helpers import ROOT
     wd = tmp_path / "wd"
     with workdir_lib.Lock(str(wd)):  # the first run, alive
         proc = subprocess.run(
@@ -97,7 +77,7 @@ def test_a_truncated_latest_checkpoint_falls_back_to_the_previous_one(tiny_pretr
                                                                       capsys):
     tok = os.path.join(tiny_pretrained, "tokenizer", "sp.model")
     wd = str(tmp_path / "wd")
-    config = tiny_config(tiny_pretrained, num_steps=4, checkpoint_every=2, log_every=1)
+    config = tiny_pretrain_config(num_steps=4, checkpoint_every=2, log_every=1)
     config.data.tokenizer, config.data.cache_dir = tok, os.path.join(tiny_pretrained, "cache")
     pretrain.train(config, wd, devices=jax.devices()[:1])
     reference = [r["train/loss"] for r in metrics_io.read_metrics(wd) if "train/loss" in r]
@@ -126,18 +106,18 @@ def test_numbers_are_checked_before_anything_runs(tiny_pretrained, tmp_path):
     bad = {"batch_size": 0, "grad_accum_steps": 0, "log_every": 0, "checkpoint_every": 0,
            "learning_rate": -1.0, "num_steps": 0}
     for field, value in bad.items():
-        config = tiny_config(tiny_pretrained)
+        config = tiny_pretrain_config()
         config.train[field] = value
         with pytest.raises(ValueError, match=f"train.{field} must be"):
             pretrain.validate(config)
-    config = tiny_config(tiny_pretrained, batch_size=12)
+    config = tiny_pretrain_config(batch_size=12)
     with pytest.raises(ValueError, match="does not divide over 8 devices.*multiple of 8"):
         pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices())
     assert not (tmp_path / "wd" / "tokenizer").exists()  # refused before any tokenizer
 
 
 def test_init_from_a_typo_is_refused_without_creating_it(tiny_pretrained, tmp_path):
-    config = tiny_config(tiny_pretrained)
+    config = tiny_pretrain_config()
     config.init_from = str(tmp_path / "no_such_run")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices()[:1])
@@ -147,7 +127,7 @@ def test_init_from_a_typo_is_refused_without_creating_it(tiny_pretrained, tmp_pa
 def test_no_held_out_document_is_an_error_not_training_text(tiny_pretrained, tmp_path):
     (tmp_path / "corpus.txt").write_text("\n\n".join(f"Document {i} says something about "
                                                      "files and paths." for i in range(6)))
-    config = tiny_config(tiny_pretrained, eval_every=5)
+    config = tiny_pretrain_config(eval_every=5)
     config.data.tokenizer = os.path.join(tiny_pretrained, "tokenizer", "sp.model")
     config.data.train_files = str(tmp_path / "corpus.txt")
     config.data.valid_fraction = 0.0

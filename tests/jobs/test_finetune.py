@@ -1,9 +1,7 @@
-"""Fine-tuning runs: every task type end to end, FSDP equivalence, exact resume after
-SIGKILL mid-epoch, a fine-tuned workdir as the start of another fine-tuning, strict task files."""
+"""The fine-tuning job in process: FSDP shards the parameters, strict task files, too few
+examples said plainly (whole runs, resume after SIGKILL: tests/e2e/test_finetune_runs.py)."""
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import pytest
@@ -12,13 +10,8 @@ from encoder.checkpoints import sources
 from encoder.jobs import finetune as run
 from encoder.tasks.base import TaskDataError
 from encoder.tasks.table import TASKS
-from encoder.train import metrics_io
 from experiments import finetune as finetune_exp
-from helpers import ROOT, topic_config, topic_task, write_jsonl as _write
-
-
-def _train_losses(workdir):
-    return [r["train/loss"] for r in metrics_io.read_metrics(workdir) if "train/loss" in r]
+from helpers import topic_config, topic_task, write_jsonl as _write
 
 
 def test_parameters_are_sharded_over_fsdp(tiny_pretrained, tmp_path):
@@ -28,17 +21,6 @@ def test_parameters_are_sharded_over_fsdp(tiny_pretrained, tmp_path):
     kernel = ft.trainer.initial_state.params["model"]["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]
     assert kernel.sharding.spec[0] == "fsdp"
     assert kernel.addressable_shards[0].data.shape == (kernel.shape[0] // 2, kernel.shape[1])
-
-
-def _finetune_cli(workdir, source, task_dir, *extra):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
-    cmd = [sys.executable, "-m", "encoder.main",
-           "--config=experiments/finetune.py:task=classification,runlocal",
-           f"--config.init_from={source}", f"--workdir={workdir}",
-           f"--config.data.train_file={task_dir}/train.jsonl",
-           f"--config.data.dev_file={task_dir}/dev.jsonl", *extra]
-    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
 
 
 BAD_FILES = {  # what a user writes by accident -> the error it must get

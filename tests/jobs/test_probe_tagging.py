@@ -8,8 +8,8 @@ from encoder.tasks import readers as tasks_lib
 from encoder.jobs import probe
 from encoder.model import models
 from encoder.model.encoder import Encoder, encoder_params
+from toy_tasks import FILLERS, word_decided_tags
 
-FILLERS = [f"w{i}" for i in range(16)]
 VOCAB = FILLERS + ["alpha", "key", "marker", "long", "word"]
 
 
@@ -26,19 +26,6 @@ class WordTokenizer:
 def rope_cfg(tiny_cfg):
     tiny_cfg.position = "rope"  # layer 0 = token identity alone: no position embeddings
     return tiny_cfg
-
-
-def _context_free(n, seed):
-    """'alpha' is B-X wherever it stands: the token decides its tag."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        words = [str(w) for w in rng.choice(FILLERS + ["long_word"], 10)]
-        for _ in range(rng.integers(0, 3)):
-            words.insert(int(rng.integers(0, len(words) + 1)), "alpha")
-        out.append({"tokens": words, "tags": ["B-X" if w == "alpha" else "O" for w in words],
-                    "_where": f"free:{i}"})
-    return out
 
 
 def _needs_context(n, seed):
@@ -62,7 +49,7 @@ def _needs_context(n, seed):
 def test_features_are_each_words_first_piece_whatever_the_batch(rope_cfg):
     params = probe.random_params(rope_cfg, 0)
     tok = WordTokenizer()
-    ex = _context_free(5, 3)
+    ex = word_decided_tags(5, 3)
     feats, order = probe.layer_token_features(rope_cfg, params, tok, ex, 32, batch_size=4)
     assert feats.shape == (rope_cfg.num_layers + 1, sum(len(e["tokens"]) for e in ex),
                            rope_cfg.hidden_size)
@@ -89,8 +76,8 @@ def test_features_are_each_words_first_piece_whatever_the_batch(rope_cfg):
 
 def test_a_word_decided_tag_is_read_off_the_embeddings(rope_cfg):
     params = probe.random_params(rope_cfg, 0)
-    result = probe.probe_tagging_task(rope_cfg, params, WordTokenizer(), _context_free(300, 0),
-                                      _context_free(80, 1), max_len=32, max_tokens=2000)
+    result = probe.probe_tagging_task(rope_cfg, params, WordTokenizer(), word_decided_tags(300, 0),
+                                      word_decided_tags(80, 1), max_len=32, max_tokens=2000)
     assert len(result["layers"]) == len(result["control"]) == rope_cfg.num_layers + 1
     assert result["layers"][0] > 0.97  # entity F1 of 'alpha' from its embedding alone
     assert max(result["control"]) < 0.3  # shuffled tags: nothing to find
@@ -99,8 +86,8 @@ def test_a_word_decided_tag_is_read_off_the_embeddings(rope_cfg):
 def test_a_tag_that_needs_the_sentence_is_not_in_the_embeddings(rope_cfg):
     params = probe.random_params(rope_cfg, 0)
     tok = WordTokenizer()
-    free = probe.probe_tagging_task(rope_cfg, params, tok, _context_free(300, 0),
-                                    _context_free(80, 1), max_len=32, max_tokens=2000)
+    free = probe.probe_tagging_task(rope_cfg, params, tok, word_decided_tags(300, 0),
+                                    word_decided_tags(80, 1), max_len=32, max_tokens=2000)
     dev = _needs_context(80, 1)
     ctx = probe.probe_tagging_task(rope_cfg, params, tok, _needs_context(300, 0), dev,
                                    max_len=32, max_tokens=2000)

@@ -214,10 +214,6 @@ def test_the_embedded_suite_builds_every_task_type(embedded, tmp_path):
             assert f1.read() == f2.read()
 
 
-def _env():
-    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-
-
 def test_a_changed_run_is_moved_aside_not_reused(tmp_path):
     run = runner.make_run("t", str(tmp_path / "r"), {"a": 1})
     assert runner.prepare(run, log=lambda *_: None)

