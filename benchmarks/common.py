@@ -71,6 +71,15 @@ def time_step(step, state, batch, rng_fn):
     return compile_s, statistics.median(times), memory_bytes(compiled), m
 
 
+def attention_ran(paths, notes) -> dict:
+    """The row's attention as compiled: `attention_ran` (encoder.model.attention.paths_taken
+    while the step was traced: splash, pallas_gpu, cudnn, xla, reference, a kernel in
+    interpret mode, or the reference path of attention dropout), beside `attention_impl`
+    (what was asked), and `attention_notes`: every fallback and its reason."""
+    from encoder.model import attention
+    return {"attention_ran": attention.describe_paths(paths), "attention_notes": list(notes)}
+
+
 def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
     tokens = config.train.batch_size * config.data.seq_len
     row = {"implementation": name, "size": config.model.size,

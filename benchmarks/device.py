@@ -22,6 +22,16 @@ DEVICE_PLAN = [
 ]
 
 
+def as_asked(row: dict) -> dict:
+    """{"attention_as_asked": bool} for a row that named a backend (not auto): False when
+    any layer's attention ran on another path (the row's attention_ran and notes say which
+    and why), so a table never credits a kernel with a fallback's speed."""
+    asked, ran = row.get("attention_impl"), row.get("attention_ran")
+    if ran is None or asked in (None, "auto", "its own"):
+        return {}
+    return {"attention_as_asked": ran == asked}
+
+
 def run():
     """Runs DEVICE_PLAN (bf16, 10 timed steps each), one subprocess per entry so a failing
     backend cannot take the others down; prints every JSON row and a failure line per crash.
@@ -33,7 +43,8 @@ def run():
         proc = subprocess.run(cmd, capture_output=True, text=True)
         rows = [line for line in proc.stdout.splitlines() if line.startswith("{")]
         for line in rows:
-            print(json.dumps({"flags": " ".join(flags_), **json.loads(line)}), flush=True)
+            row = json.loads(line)
+            print(json.dumps({"flags": " ".join(flags_), **row, **as_asked(row)}), flush=True)
         if proc.returncode != 0 or not rows:
             failed += 1
             print(json.dumps({"flags": " ".join(flags_), "failed": proc.returncode,

@@ -8,10 +8,15 @@ import numpy as np
 import optax
 from absl import flags
 
-from benchmarks.common import bench_config, experiment_config, report, time_step
+from benchmarks.common import (attention_ran, bench_config, experiment_config, report,
+                               time_step)
 from encoder.data import synthetic
+from encoder.model import attention
 
 FLAGS = flags.FLAGS
+# FlaxBertSelfAttention: flax's dot_product_attention_weights, einsums over a dense mask,
+# whatever --attention_impl says (that flag is this codebase's).
+HF_ATTENTION = "huggingface einsum (dense mask)"
 
 
 def ours(config, peak):
@@ -26,11 +31,12 @@ def ours(config, peak):
     state = trainer.initial_state
     batch = trainer.shard(synthetic.random_batch(config))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-    compile_s, step_s, mem, metrics = time_step(trainer.step_fn, state, batch,
-                                                lambda i: jax.random.key(i))
+    with attention.recording() as notes, attention.paths_taken() as paths:  # at trace time
+        compile_s, step_s, mem, metrics = time_step(trainer.step_fn, state, batch,
+                                                    lambda i: jax.random.key(i))
     fps = flops.config_train_flops_per_step(config)
     return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,
-                  loss=float(metrics["loss"]))
+                  loss=float(metrics["loss"]), **attention_ran(paths, notes))
 
 
 def hf(config, peak):
@@ -78,7 +84,8 @@ def hf(config, peak):
     b, t = config.train.batch_size, config.data.seq_len
     fwd = b * t * (flops.encoder_flops_per_token(m, t) + flops.mlm_head_flops(m))
     return report("huggingface FlaxBertForMaskedLM", config, n_params, compile_s, step_s,
-                  3.0 * fwd, peak, mem, loss=float(metrics["loss"]))
+                  3.0 * fwd, peak, mem, loss=float(metrics["loss"]),
+                  attention_impl="its own", attention_ran=HF_ATTENTION)
 
 
 def run():

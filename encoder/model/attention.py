@@ -22,12 +22,16 @@ kernels (and cuDNN's packed call) run inside shard_map over the mesh's batch axe
 
 A layer a backend cannot serve (an additive position bias, attention dropout,
 a sequence length off the kernel's blocks, a dtype it lacks) takes the dense
-path and the reason is logged once. Off their platform the Pallas kernels run
+path and the reason is logged once. What each call was compiled to (the kernel, or
+the dense fallback's cuDNN/XLA, or attention dropout's einsum path) is counted by
+`paths_taken()` at the point it is dispatched: the benchmark rows and the compile report
+name the path that ran, not only the one asked for. Off their platform the Pallas kernels run
 in Pallas interpret mode and cudnn runs the same call on XLA, so CPU tests
 check every backend against `reference`.
 
 Axes: B batch, T tokens, D model width, H heads, K head dim.
 """
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -130,6 +134,7 @@ def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
         # cuDNN takes the bias in the compute dtype; XLA adds a float32 bias to its float32
         # logits, so ALiBi/T5/DeBERTa offsets keep their precision under bf16 compute.
         bias = bias.astype(q.dtype)
+    _took("cudnn" if impl == "cudnn" else "xla")  # None: jax.nn's default, XLA
     return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
 
 
@@ -143,6 +148,7 @@ def _cudnn_usable(q, bias) -> bool:
 
 _NOTED: set[str] = set()  # messages already logged: a fallback is said once, not per layer
 _RECORDERS: list[list[str]] = []  # open `recording()` blocks: each collects every message
+_RAN: list[collections.Counter] = []  # open `paths_taken()` blocks: each counts the paths
 
 
 def _note_once(message: str) -> None:
@@ -165,6 +171,35 @@ def recording():
         yield notes
     finally:
         _RECORDERS.remove(notes)
+
+
+def _took(path: str) -> None:
+    """Says which kernel one attention call is compiled to, at the point it is dispatched
+    (trace time): "splash", "pallas_gpu", "cudnn", "xla", "reference", a Pallas kernel in
+    interpret mode as "splash (interpret)", attention dropout's einsum path as
+    "reference (attention dropout)"."""
+    for counter in _RAN:
+        counter[path] += 1
+
+
+@contextlib.contextmanager
+def paths_taken():
+    """Counts the attention paths traced inside the block (path -> calls traced; a scanned
+    stack traces its layer group once). What ran, not what was asked: the benchmark rows
+    and the compile report read it. Only a trace inside the block counts: a function
+    already traced (and cached by jit) before it adds nothing."""
+    counts: collections.Counter = collections.Counter()
+    _RAN.append(counts)
+    try:
+        yield counts
+    finally:
+        _RAN.remove(counts)
+
+
+def describe_paths(counts) -> str:
+    """The paths of a `paths_taken()` block as one field: "splash", "splash + xla", or
+    "none traced"."""
+    return " + ".join(sorted(counts)) or "none traced"
 
 
 PAD_SEGMENT = int(np.iinfo(np.int32).min)  # padding's own segment: never a document id
@@ -191,6 +226,10 @@ def kernel_segment_ids(pattern: AttentionPattern) -> jnp.ndarray | None:
     return ids
 
 
+def _kernel_path(name: str, interpret: bool) -> str:
+    return f"{name} (interpret)" if interpret else name
+
+
 def _interpret(platform: str, name: str) -> bool:
     """Pallas kernels run natively when the step is compiled for their platform (the mesh's
     devices, not the host's: a TPU topology compiled on a CPU gets the real kernel), in
@@ -214,6 +253,7 @@ def _run_dense(q, k, v, bias, pattern):
 
 
 def _run_reference(q, k, v, bias, pattern):
+    _took("reference")
     return reference_attention(q, k, v, bias, pattern.dense(q.shape[1]))
 
 
@@ -286,6 +326,7 @@ def _run_cudnn(q, k, v, bias, pattern):
     if implementation == "xla":
         _note_once(f"attention_impl=cudnn compiled for {target}: no cuDNN there; the same "
                    "jax.nn.dot_product_attention call runs on XLA")
+    _took(implementation)
     if (implementation == "cudnn" and pattern.documents is not None and not pattern.window
             and bias is None):
         return _cudnn_packed(q, k, v, pattern)
@@ -357,7 +398,9 @@ def _run_splash(q, k, v, bias, pattern):
     """
     del bias  # refused
     _, length, heads, head_dim = q.shape
-    kernel = _splash_kernel(length, heads, pattern.window, _interpret("tpu", "splash"))
+    interpret = _interpret("tpu", "splash")
+    _took(_kernel_path("splash", interpret))
+    kernel = _splash_kernel(length, heads, pattern.window, interpret)
     q = (q.astype(jnp.float32) * head_dim ** -0.5).astype(q.dtype)
     ids = kernel_segment_ids(pattern)  # [B, T]
 
@@ -391,6 +434,7 @@ def _run_pallas_gpu(q, k, v, bias, pattern):
     shard_map over the batch axes."""
     del bias  # refused
     interpret = _interpret("gpu", "pallas_gpu")
+    _took(_kernel_path("pallas_gpu", interpret))
     ids = kernel_segment_ids(pattern)  # [B, T]
 
     def local(q, k, v, *ids):  # this device's rows: GSPMD would gather the global batch
@@ -520,6 +564,7 @@ class SelfAttention(nn.Module):
                            f"attention_impl={cfg.attention_impl} uses the dense reference path "
                            "while dropout is active")
             drop = nn.Dropout(cfg.attention_dropout)
+            _took("reference (attention dropout)")
             out = reference_attention(q, k, v, bias, pattern.dense(q.shape[1]),
                                       dropout=lambda p: drop(p, deterministic=False))
         else:

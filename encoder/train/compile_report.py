@@ -109,7 +109,9 @@ def _finetune_pieces(config, task_name: str, mesh):
 
 def compile_step(config, devices=None, job: str = "pretrain", task: str | None = None):
     """The train step lowered and compiled for config's shapes, from shapes alone (no
-    parameter is allocated): (compiled, abstract state, shardings, mesh, (lower s, compile s))."""
+    parameter is allocated): (compiled, abstract state, shardings, mesh, (lower s, compile s),
+    the attention paths the step's trace took (attention.describe_paths; the init's
+    forward pass, traced for the shapes, is not the step and is not counted))."""
     if job not in JOBS:
         raise ValueError(f"job must be one of {JOBS}, got {job!r}")
     mesh = partitioning.make_mesh(config.mesh, devices)
@@ -129,10 +131,12 @@ def compile_step(config, devices=None, job: str = "pretrain", task: str | None =
                          abstract, shardings)
     rng = jax.eval_shape(lambda: jax.random.key(0))
     t0 = time.perf_counter()
-    lowered = step.lower(state, batch, rng)
+    with attention.paths_taken() as paths:
+        lowered = step.lower(state, batch, rng)
     t1 = time.perf_counter()
     compiled = lowered.compile()
-    return compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1)
+    return (compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1),
+            attention.describe_paths(paths))
 
 
 # ------------------------------------------------------------------ reading the program
@@ -366,7 +370,7 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
            "chip_hbm_bytes": chip.hbm_bytes if chip else None}
     with attention.recording() as notes:
         try:
-            compiled, abstract, shardings, mesh, (lower_s, compile_s) = compile_step(
+            compiled, abstract, shardings, mesh, (lower_s, compile_s), ran = compile_step(
                 config, devices, job, task)
         except Exception as e:  # noqa: BLE001 - only an out-of-memory compile becomes a row
             oom = _oom_row(e)
@@ -397,6 +401,7 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
         "analytic_flops": analytic, "xla_flops": xla, "xla_flops_unrolled": full,
         "xla_over_analytic": full / analytic if (full and analytic) else None,
         **contents,
+        "attention_ran": ran,  # what the step compiled to, not only what was asked
         "attention_notes": list(notes),
     })
     if chip is not None:

@@ -1,0 +1,104 @@
+"""What attention ran, not what was asked: `attention.paths_taken()` counts the path each
+call is compiled to where it is dispatched, and a benchmark row names it (issue 27)."""
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks import device
+from encoder.model import attention, encoder
+from helpers import run_module
+
+B, T, H, K = 2, 128, 2, 16
+
+
+def traced_paths(impl, bias=None, dtype=jnp.float32) -> str:
+    """The paths one attend() call takes, traced abstractly (nothing compiles or runs)."""
+    q = jnp.zeros((B, T, H, K), dtype)
+    pad = jnp.ones((B, T), jnp.int32)
+    pattern = attention.AttentionPattern(pad, None, 0)
+    with attention.paths_taken() as paths:
+        jax.eval_shape(lambda q, k, v: attention.attend(q, k, v, bias, pattern, impl), q, q, q)
+    return attention.describe_paths(paths)
+
+
+@pytest.mark.parametrize("impl, ran", [
+    ("xla", "xla"), ("reference", "reference"),
+    ("cudnn", "xla"),                         # no cuDNN on a CPU: the same call runs on XLA
+    ("auto", "xla"),                          # auto on a CPU
+    ("splash", "splash (interpret)"),         # a TPU kernel compiled for a CPU
+    ("pallas_gpu", "pallas_gpu (interpret)"),
+])
+def test_each_backend_names_the_path_it_was_compiled_to(impl, ran):
+    assert traced_paths(impl) == ran
+
+
+def test_a_kernel_that_cannot_serve_a_bias_is_named_as_the_dense_path_that_ran():
+    bias = jnp.zeros((B, H, T, T), jnp.float32)
+    assert traced_paths("splash", bias) == "xla"
+    assert traced_paths("pallas_gpu", bias) == "xla"
+
+
+def test_attention_dropout_is_named_and_nothing_outside_the_block_counts():
+    cfg = _tiny_cfg(attention_impl="splash", attention_dropout=0.1)
+    ids = jnp.ones((B, T), jnp.int32)
+    pad = jnp.ones((B, T), jnp.int32)
+    pos = jnp.broadcast_to(jnp.arange(T), (B, T))
+    model = encoder.Encoder(cfg)
+    params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), ids, None, pad, pos))
+    with attention.paths_taken() as training:
+        jax.eval_shape(lambda p: model.apply(p, ids, None, pad, pos, deterministic=False,
+                                             rngs={"dropout": jax.random.PRNGKey(1)}), params)
+    with attention.paths_taken() as serving:
+        jax.eval_shape(lambda p: model.apply(p, ids, None, pad, pos), params)
+    assert attention.describe_paths(training) == "reference (attention dropout)"
+    assert attention.describe_paths(serving) == "splash (interpret)"
+    assert sum(training.values()) == cfg.num_layers  # unscanned: one trace per layer
+    with attention.paths_taken() as nothing:
+        pass
+    assert attention.describe_paths(nothing) == "none traced"
+
+
+def test_a_device_row_that_fell_back_says_it_did_not_run_as_asked():
+    assert device.as_asked({"attention_impl": "cudnn", "attention_ran": "xla"}) == {
+        "attention_as_asked": False}
+    assert device.as_asked({"attention_impl": "cudnn", "attention_ran": "cudnn"}) == {
+        "attention_as_asked": True}
+    assert device.as_asked({"attention_impl": "auto", "attention_ran": "xla"}) == {}
+
+
+def test_a_benchmark_row_names_the_path_that_ran():
+    """`bench --attention_impl=cudnn` on a CPU: the row asked cudnn, XLA ran, and says so."""
+    rc, out, err = run_module("encoder.bench", "--size=tiny", "--seq_len=128",
+                              "--batch_size=2", "--vocab_size=512", "--steps=1", "--warmup=1",
+                              "--attention_impl=cudnn", timeout=240,
+                              env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+    assert rc == 0, err[-2000:]
+    row = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert row["attention_impl"] == "cudnn" and row["attention_ran"] == "xla", row
+    assert any("no cuDNN there" in n for n in row["attention_notes"]), row
+
+
+def _tiny_cfg(**overrides):
+    from encoder import config as config_lib
+    from encoder.model import models
+    cfg = config_lib.model_config("tiny")
+    cfg.update(dict(vocab_size=101, hidden_size=32, num_heads=H, intermediate_size=64,
+                    max_position=T, dropout=0.0, attention_dropout=0.0, type_vocab_size=0,
+                    num_layers=2, position="rope", scan_layers="false"))
+    cfg.update(overrides)
+    models.validate_config(cfg, T)
+    return models.freeze(cfg)
+
+
+def test_paths_are_counted_per_trace_not_per_step():
+    """A jitted function traced once and called again adds nothing: the count is of traces."""
+    q = jnp.asarray(np.zeros((B, T, H, K)), jnp.float32)
+    fn = jax.jit(lambda q: attention.attend(q, q, q, None, None, "xla"))
+    with attention.paths_taken() as paths:
+        fn(q)
+        fn(q)
+    assert dict(paths) == {"xla": 1}
