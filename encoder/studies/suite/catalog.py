@@ -226,6 +226,43 @@ def read_split(task: SuiteTask, split: str) -> tuple[list[dict], list[str]]:
     return examples, skipped
 
 
+# ---------------------------------------------------------------------- checking
+
+def _where(task: SuiteTask, split: str, path: str) -> str:
+    """The file a check names: the task's own, and the drawn subset when one was drawn."""
+    source = task.files.get(split, path)
+    return source if os.path.abspath(source) == os.path.abspath(path) else (
+        f"{path} (drawn from {source})")
+
+
+def check_scorable(task: SuiteTask, split: str, examples: list, path: str) -> None:
+    """Refuses, before the suite's first run, a split the task cannot learn from or be scored
+    on: a labelled type's training rows with one label (the run would fail 30 s in), or a
+    numeric score that never varies (a regression head learns nothing; Pearson and Spearman
+    are undefined, so the suite's average would be NaN). One line naming task and file."""
+    spec = TASKS.get(task.type)
+    numeric = task.kind == "sts" or (spec is not None and spec.numeric_labels)
+    labelled = [ex for ex in examples if "label" in ex]
+    if numeric and labelled:
+        values = {float(ex["label"]) for ex in labelled}
+        if len(values) == 1:
+            why = ("a regression head learns nothing from it" if split == "train" else
+                   "its correlations (Pearson, Spearman) are undefined and the suite's average "
+                   "would be NaN")
+            raise tasks_lib.TaskDataError(
+                f"task {task.name}: every {split} score in {_where(task, split, path)} is "
+                f"{values.pop():g} ({len(labelled)} rows): {why}; give varied scores or leave "
+                "the task out (--only=...)")
+    if split == "train" and spec is not None and spec.uses_labels and examples:
+        names = spec.label_names(examples)
+        if len(names) < 2:
+            raise tasks_lib.TaskDataError(
+                f"task {task.name}: {_where(task, split, path)} has one label "
+                f"({names[0]!r}) in all {len(examples)} training rows; a "
+                f"{task.type} head needs at least two: add examples of another label or leave "
+                "the task out (--only=...)")
+
+
 # ---------------------------------------------------------------------- preparing
 
 def subsample(examples: list, limit: int, seed: int) -> list:
@@ -271,12 +308,13 @@ class Prepared:
 
 
 def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
-            max_eval: int = 0, train_per_class: int = 0) -> Prepared:
+            max_eval: int = 0, train_per_class: int = 0, check=None) -> Prepared:
     """Writes the task's splits under data_root/<task>/ and says which file each run reads.
 
     max_train / train_per_class draw a training subset per seed (the subset's luck is
     part of what the spread over seeds measures, as in few-shot evaluation);
-    max_eval draws one fixed dev subset for every run.
+    max_eval draws one fixed dev subset for every run. check(task, split, examples, path),
+    e.g. check_scorable, sees every split as the runs will read it, before it is written.
     """
     out = os.path.join(data_root, task.name)
     os.makedirs(out, exist_ok=True)
@@ -293,6 +331,8 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
         subset = (per_class(train, train_per_class, seed) if train_per_class
                   else subsample(train, max_train, seed) if max_train else train)
         path = os.path.join(out, "train.jsonl" if seed is None else f"train.seed{seed}.jsonl")
+        if check is not None:
+            check(task, "train", subset, path if drawn else task.files["train"])
         write_jsonl(path, subset)
         for s in (seeds if seed is None else [seed]):
             train_files[s] = path
@@ -305,6 +345,8 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
         record["rows"][split] = len(examples)
         examples = subsample(examples, max_eval, 0)
         files[split] = os.path.join(out, f"{split}.jsonl")
+        if check is not None:
+            check(task, split, examples, files[split] if max_eval else task.files[split])
         write_jsonl(files[split], examples)
     record["used"] = {"train_per_seed": max_train or train_per_class or None,
                       "train_per_class": train_per_class or None, "max_eval": max_eval or None}

@@ -1,9 +1,10 @@
 """The suite's inputs: which tasks, the embedded default battery, each task's prepared data."""
 import json
 import os
+import shutil
 import sys
 
-from encoder.studies.suite import catalog
+from encoder.studies.suite import catalog, embedding
 from encoder.studies.suite.options import SuiteOptions
 
 EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
@@ -36,11 +37,28 @@ def find_tasks(opts: SuiteOptions, root: str) -> tuple[str, list]:
 
 
 def prepare_tasks(tasks: list, root: str, preset: dict, opts: SuiteOptions) -> dict:
-    """task name -> catalog.Prepared, for every fine-tuned task (OUT/data/<task>/)."""
-    return {t.name: catalog.prepare(t, os.path.join(root, "data"), list(range(preset["seeds"])),
-                                    preset["max_train"], preset["max_eval"],
-                                    opts.train_per_class)
-            for t in tasks if t.kind == "finetune"}
+    """task name -> catalog.Prepared, for every fine-tuned task (OUT/data/<task>/).
+
+    A model's suite checks every split as its runs will read it, and the STS tasks' pairs
+    (catalog.check_scorable): a task that cannot be learnt or scored is refused before the
+    first run starts. A baseline scores in this process and reports such a task as failed
+    (exit 1) beside the others."""
+    check = None if opts.baseline else catalog.check_scorable
+    for t in tasks:
+        if t.kind == "sts" and check is not None:
+            check(t, "test", embedding.read_sts(t.files["test"], preset["max_eval"]),
+                  t.files["test"])
+    data_root = os.path.join(root, "data")
+    fresh = not os.path.exists(data_root)
+    try:
+        return {t.name: catalog.prepare(t, data_root, list(range(preset["seeds"])),
+                                        preset["max_train"], preset["max_eval"],
+                                        opts.train_per_class, check)
+                for t in tasks if t.kind == "finetune"}
+    except Exception:
+        if fresh:  # refused (or a file failed to read): what this call began writing goes
+            shutil.rmtree(data_root, ignore_errors=True)
+        raise
 
 
 def data_notes(prepared: dict) -> list:
