@@ -130,6 +130,28 @@ def merge_params(params, loaded, shardings=None, strict: bool = False, path: str
             for k, v in params.items()}
 
 
+def merge_rows(params, loaded, shardings, path: str = ""):
+    """params with a smaller head's entries in place: a leaf whose last (classes) axis is
+    longer than the loaded one keeps its fresh entries past the loaded ones (a label map
+    extended by new labels: the old rows keep their meaning, the new start fresh); every
+    other dimension must match, as merge_params asks."""
+    if isinstance(params, dict):
+        if not isinstance(loaded, dict):
+            raise ValueError(f"init_from: {path or '/'} is a single array, the model expects "
+                             "a tree")
+        return {k: merge_rows(v, loaded[k], shardings[k], f"{path}/{k}") if k in loaded else v
+                for k, v in params.items()}
+    old, new = tuple(np.shape(loaded)), tuple(params.shape)
+    if old == new:
+        return merge_params(params, loaded, shardings, path=path)
+    if not old or old[:-1] != new[:-1] or old[-1] > new[-1]:
+        raise ValueError(f"init_from: {path or '/'} has shape {old}, the model expects {new} "
+                         "(only a longer last axis, more classes, can take a smaller head)")
+    value = np.asarray(loaded, params.dtype)
+    return jax.jit(lambda fresh, v: fresh.at[..., :old[-1]].set(v),
+                   out_shardings=shardings)(params, value)
+
+
 def shapes_match(a, b) -> bool:
     """True when two trees have the same keys and leaf shapes."""
     sa = jax.tree_util.tree_structure(a)

@@ -33,7 +33,7 @@ from encoder.checkpoints import sources, store
 from encoder.data import pipeline, tokenizer as tokenizer_lib
 from encoder.eval import inference
 from encoder.finetune import defaults, frozen, layer_decay, lora
-from encoder.tasks.base import Task, TaskDataError
+from encoder.tasks.base import LabelSet, Task, TaskDataError
 from encoder.tasks.table import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
@@ -123,6 +123,24 @@ def _read_labels(workdir: str):
     return None
 
 
+def start_labels(src: sources.Pretrained, config) -> LabelSet | None:
+    """A fine-tuned starting point's label map, where it was trained for this task type
+    (Task.fit_labels keeps it when the training file continues that task)."""
+    if src.kind != "finetuning" or src.task != config.task or not src.labels:
+        return None
+    return LabelSet(list(src.labels), source=f"init_from={config.init_from}")
+
+
+def _say_labels(labels: LabelSet | None, src: sources.Pretrained) -> None:
+    """One line when the starting point's label map was kept (and what the file added)."""
+    if labels is None or not labels.source:
+        return
+    added = labels.names[len(src.labels):]
+    logging.warning("labels: %s's label map kept (%d labels, head rows and all)%s",
+                    labels.source, len(src.labels),
+                    f"; the training file adds {added}" if added else "")
+
+
 def build(config, workdir: str, devices=None) -> FineTuning:
     config = config.copy_and_resolve_references()
     mesh = partitioning.make_mesh(config.mesh, devices)
@@ -141,7 +159,9 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     saved = _read_labels(workdir) if store.has_checkpoint(workdir) else None
     task = TASKS[config.task](config, src.tokenizer, labels=saved)
     train_ex = task.read(config.data.train_file, "train")
-    task.fit_labels(train_ex)
+    task.fit_labels(train_ex, start_labels(src, config))
+    if saved is None:
+        _say_labels(task.labels, src)
     splits = {"train": Split(train_ex, *task.featurize(train_ex))}
     for name in ("dev", "test"):
         path = config.data[f"{name}_file"]
@@ -183,6 +203,18 @@ def build(config, workdir: str, devices=None) -> FineTuning:
                       steps_per_epoch, total)
 
 
+def head_rows(src: sources.Pretrained, task: str, labels: LabelSet | None) -> str:
+    """How a source's head fits this run's: "same" (the same task type and rows), "grown"
+    (its label map kept and extended: its rows first, the new labels' after) or "" (none)."""
+    if src.task != task:
+        return ""
+    if labels is None or src.labels == labels.names:
+        return "same"
+    if src.labels and labels.source and labels.names[:len(src.labels)] == list(src.labels):
+        return "grown"
+    return ""
+
+
 def init_from_source(run: FineTuning):
     """params, shardings -> params with the source's encoder (and head, where it fits)."""
     src = run.source
@@ -194,16 +226,16 @@ def init_from_source(run: FineTuning):
         model["encoder"] = sources.merge_params(model["encoder"], encoder_params(src.params),
                                                 shardings["model"]["encoder"], strict=True,
                                                 path="encoder")
-        head = None
-        if "head" in src.params and src.task == run.config.task and (
-                run.task.labels is None or src.labels == run.task.labels.names):
-            if sources.shapes_match(src.params["head"], model["head"]):
-                head = src.params["head"]
-        elif "pooler" in src.params and "pooler" in model.get("head", {}):
+        head, merge = None, sources.merge_params
+        rows = head_rows(src, run.config.task, run.task.labels) if "head" in src.params else ""
+        if rows == "same" and sources.shapes_match(src.params["head"], model["head"]):
+            head = src.params["head"]
+        elif rows == "grown":  # the source's rows first (their meaning kept), new ones fresh
+            head, merge = src.params["head"], sources.merge_rows
+        elif not rows and "pooler" in src.params and "pooler" in model.get("head", {}):
             head = {"pooler": src.params["pooler"]}  # BERT's pooler for cls_tanh pooling
         if head is not None:
-            model["head"] = sources.merge_params(model["head"], head, shardings["model"]["head"],
-                                                 path="head")
+            model["head"] = merge(model["head"], head, shardings["model"]["head"], path="head")
         logging.info("init_from %s: encoder%s", run.config.init_from,
                      " and head" if head is not None else ", a fresh head")
         return {**params, "model": model}

@@ -99,16 +99,21 @@ class Task:
     def check(self, examples: list[dict], split: str) -> None:
         """Type checks beyond the reader's field checks (subclasses extend)."""
 
-    def fit_labels(self, train_examples: list[dict]) -> None:
+    def fit_labels(self, train_examples: list[dict], start: LabelSet | None = None) -> None:
         """Fixes label names from the training file (label-free tasks keep None).
 
-        A resumed run or a fine-tuned source passes its names in (`labels`), so
-        the head's rows keep their meaning. Fewer than two labels is refused.
+        A resumed run passes its own names in (`labels`), so the head's rows keep their
+        meaning. `start` is a fine-tuned starting point's map (same task type): kept when
+        the file continues that task (`continues_label_map`), extended by the file's new
+        labels, so a rare label the file lacks (but dev holds) is still known; another
+        task of the type (RTE from MNLI) gets its own map. Fewer than two labels is refused.
         """
         if not self.uses_labels:
             return
         if self.labels is None:
-            self.labels = LabelSet(self.label_names(train_examples))
+            found = self.label_names(train_examples)
+            self.labels = (start.extended(found) if continues_label_map(start, found)
+                           else LabelSet(found))
         if len(self.labels.names) < 2:
             raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one label "
                                 f"({self.labels.names}) in the training file; a {self.name} "
@@ -148,6 +153,15 @@ class Task:
         """eval.json's metrics of predictions in predictions.jsonl form (a baseline's), as
         `score` computes them for the model's."""
         raise ValueError(f"no baseline score for task type {cls.name!r}")
+
+
+def continues_label_map(start: LabelSet | None, found: list) -> bool:
+    """True when a training file's labels continue a starting point's map: more than half
+    of them are in it (the same task on new data: a rare label missing, a new one added),
+    not another task of the same type (RTE's two labels from MNLI's three: one shared)."""
+    if start is None or not start.names:
+        return False
+    return 2 * len(set(found) & set(start.names)) > len(found)
 
 
 def softmax_nll(logits, labels):

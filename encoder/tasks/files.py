@@ -2,8 +2,9 @@
 
 Nothing here names a task type. A type says which fields its examples carry and
 checks its own lines (encoder/tasks/<type>.py); these readers parse the formats
-and name file:line in every error. Labels are indexed from the training file; a
-label unseen in training is an error when a dev/test file is featurized.
+and name file:line in every error. Labels are indexed from the training file (or a
+fine-tuned starting point's map it continues); a label neither knows is an error when a
+dev/test file is featurized.
 """
 import csv
 import dataclasses
@@ -104,15 +105,25 @@ def read_glue_tsv(path: str, skipped: list | None = None) -> list[dict]:
 
 @dataclasses.dataclass
 class LabelSet:
-    """Label <-> index, fixed by the training file (a type's `label_names`)."""
+    """Label <-> index, fixed by the training file (a type's `label_names`), or by a
+    fine-tuned starting point's label map that the training file continues (`source`
+    names it; Task.fit_labels)."""
     names: list
+    source: str = ""  # e.g. "init_from=DIR": the map came from there, the file extended it
 
     def index(self, label, where: str) -> int:
         try:
             return self.names.index(label)
         except ValueError:
-            raise TaskDataError(f"{where}: label {label!r} was not seen in training; "
-                                f"known labels: {self.names}") from None
+            seen = (f"is neither in the training file nor in {self.source}'s label map"
+                    if self.source else "was not seen in training")
+            raise TaskDataError(f"{where}: label {label!r} {seen}; known labels: "
+                                f"{self.names}") from None
+
+    def extended(self, names: list) -> "LabelSet":
+        """This map with the labels it lacks appended (its rows keep their indices)."""
+        return LabelSet(list(self.names) + [n for n in names if n not in self.names],
+                        self.source)
 
 
 def encode_texts(examples, tokenizer, max_len: int) -> dict:
