@@ -15,7 +15,7 @@ import json
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from encoder import errors
+from encoder import errors, tether
 
 from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 
@@ -93,6 +93,7 @@ def _launch() -> None:
 
 def main(argv):
     """_run, with the errors a user can act on reported in one line (no traceback)."""
+    tether.hold()  # started by a study: SIGTERM (checkpoint, exit 75) when the study dies
     if FLAGS.launcher != "local":
         _launch()
     errors.one_line_errors(_run, resumable=_resumable)(argv)

@@ -20,6 +20,7 @@ import signal
 
 from absl import app, flags, logging
 
+from encoder import tether
 from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
@@ -64,6 +65,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
+    tether.hold()  # started by encoder.ablate: SIGTERM when the ablation dies
     # SIGTERM as Ctrl-C: Python's default SIGTERM exit skips runs.execute's `finally`,
     # which orphaned the running fine-tuning children (they kept training unsupervised).
     signal.signal(signal.SIGTERM, _stop_on_sigterm)

@@ -16,6 +16,7 @@ from helpers import ROOT
 RANKS = {  # one rank per folder, lowest first: a module may import only from lower ranks
     "encoder.registry": 0,     # the name-lookup helper every table uses
     "encoder.errors": 0,       # user-facing errors, the one-line wrapper, owned output folders
+    "encoder.tether": 0,       # child processes that end with their parent (studies, jobs)
     "encoder.config": 1,       # the pretraining config as plain data
     "encoder.data": 2, "encoder.model": 2,
     "encoder.objectives": 3,   # the training games and the pretraining step's pieces

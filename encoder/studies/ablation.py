@@ -40,7 +40,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from encoder import errors
+from encoder import errors, tether
 from encoder.studies import jobconfig, report, runner
 from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 from encoder.train import flops
@@ -170,7 +170,8 @@ def suite_run(run: dict, root: str, tasks: str, extra: list) -> str | None:
     log = os.path.join(d, "suite.log")
     with open(log, "a") as f:
         rc = subprocess.run(suite_command(run, root, tasks, extra), stdout=f,
-                            stderr=subprocess.STDOUT, cwd=runner.REPO).returncode
+                            stderr=subprocess.STDOUT, cwd=runner.REPO,
+                            env=tether.child_env()).returncode  # ends with this study
     return None if rc == 0 else f"the suite on {run['dir']} failed (exit {rc}); see {log}"
 
 

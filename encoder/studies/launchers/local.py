@@ -4,7 +4,11 @@ Every child writes to its run.log; its exit status goes to the run's exit.json
 (records.py) as it ends, so the status reads the same as under any other
 launcher. Ctrl-C or SIGTERM of the study stops the children with SIGTERM,
 which checkpoints them (exit 75), so the next start resumes them; a child
-still alive after `timeout` seconds is killed. Never orphans.
+still alive after `timeout` seconds is killed. Never orphans: a study killed
+without a word (SIGKILL, an OOM kill) takes its children with it, as each is
+started tethered (encoder/tether.py: the kernel sends it SIGTERM when the study
+dies; `start` runs in the thread that waits for the children, as the kernel's
+parent-death signal asks).
 """
 import dataclasses
 import os
@@ -12,6 +16,7 @@ import subprocess
 import sys
 import time
 
+from encoder import tether
 from encoder.studies import records, runner
 
 
@@ -27,7 +32,7 @@ class Local:
 
     def start(self, run) -> subprocess.Popen:
         cmd = self.command(run)
-        env = dict(os.environ if self.env is None else self.env)
+        env = tether.child_env(self.env)  # it ends when this process dies, however
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [runner.REPO,
                                                           env.get("PYTHONPATH", "")]))
         with open(run.log, "a") as f:  # the child keeps its own handle

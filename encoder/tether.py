@@ -1,0 +1,80 @@
+"""A child process tied to its parent's life: it ends when the process that started it dies,
+however that dies (SIGKILL, an OOM kill, a scheduler's time limit), instead of training
+on unsupervised into a folder nobody reads.
+
+    env = tether.child_env(env)   # the parent, for the child it starts (subprocess env=)
+    tether.hold()                 # the child, first thing in its main
+
+The parent's pid travels in the child's environment (ENCODER_TETHER_PID). `hold()`, on
+Linux, asks the kernel for SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG, through
+ctypes, in the child itself: nothing runs between fork and exec, so it is safe in a
+parent with threads, where subprocess's preexec_fn is not), then checks that its parent
+is still that pid: a parent that died before the call gets the same SIGTERM at once.
+SIGTERM is the clean stop: a job checkpoints and exits 75 (its workdir reads stopped,
+and a resumed study resumes it); a suite stops its own children first.
+
+Where prctl is missing (macOS, the BSDs) a daemon thread polls os.getppid() every
+second and sends the same SIGTERM when the parent has changed (the child was reparented).
+
+The kernel's signal fires when the parent *thread* that started the child ends, not only
+the parent process: the study launchers start their children from the thread that waits
+for them (encoder/studies/launchers/local.py, the study's main thread), which outlives
+them. The variable is removed from the child's environment once read, so what the child
+starts in turn is tied to it only through child_env() (as encoder.suite's jobs are).
+"""
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+ENV = "ENCODER_TETHER_PID"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+POLL_SECONDS = 1.0
+
+
+def child_env(env: dict | None = None) -> dict:
+    """A copy of `env` (default: this process's) that ties the child to this process."""
+    return {**(os.environ if env is None else env), ENV: str(os.getpid())}
+
+
+def hold(use_prctl: bool | None = None) -> str:
+    """Ties this process to the parent named in ENCODER_TETHER_PID, if any; returns how:
+    "prctl", "poll" or "" (not started tethered). use_prctl=False forces the polling
+    thread (what macOS gets; tests use it on Linux)."""
+    value = os.environ.pop(ENV, "")
+    if not value:
+        return ""
+    parent = int(value)
+    if use_prctl is None:
+        use_prctl = sys.platform.startswith("linux")
+    if use_prctl and _parent_death_signal(signal.SIGTERM):
+        if os.getppid() != parent:  # died before we asked: the kernel will not say it again
+            _stop()
+        return "prctl"
+    threading.Thread(target=_watch, args=(parent,), name="tether", daemon=True).start()
+    return "poll"
+
+
+def _parent_death_signal(signum: int) -> bool:
+    """prctl(PR_SET_PDEATHSIG, signum); False where the call is not there."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return False
+    if prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_SET_PDEATHSIG): {os.strerror(err)}")
+    return True
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(POLL_SECONDS)
+    _stop()
+
+
+def _stop() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
