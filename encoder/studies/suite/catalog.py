@@ -332,7 +332,8 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
                   else subsample(train, max_train, seed) if max_train else train)
         path = os.path.join(out, "train.jsonl" if seed is None else f"train.seed{seed}.jsonl")
         if check is not None:
-            check(task, "train", subset, path if drawn else task.files["train"])
+            check(task, "train", subset,  # a draw of fewer rows is named as the draw
+                  path if len(subset) < len(train) else task.files["train"])
         write_jsonl(path, subset)
         for s in (seeds if seed is None else [seed]):
             train_files[s] = path
@@ -343,10 +344,12 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
         examples, skipped = read_split(task, split)
         record["skipped"][split] = skipped
         record["rows"][split] = len(examples)
-        examples = subsample(examples, max_eval, 0)
+        drawn_eval = subsample(examples, max_eval, 0)
         files[split] = os.path.join(out, f"{split}.jsonl")
         if check is not None:
-            check(task, split, examples, files[split] if max_eval else task.files[split])
+            check(task, split, drawn_eval,
+                  files[split] if len(drawn_eval) < len(examples) else task.files[split])
+        examples = drawn_eval
         write_jsonl(files[split], examples)
     record["used"] = {"train_per_seed": max_train or train_per_class or None,
                       "train_per_class": train_per_class or None, "max_eval": max_eval or None}
