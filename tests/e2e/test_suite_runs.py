@@ -56,16 +56,20 @@ def test_an_interrupted_suite_repeats_no_finished_run(tiny_pretrained, tmp_path)
            f"--tasks={tasks}", f"--workdir={out}", "--preset=runlocal", "--seeds=2"]
     first = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
-    done = out / "runs" / "topic" / "0.001" / "0" / "eval.json"
+    runs = out / "runs" / "topic" / "0.001"
+    done = runs / "0" / "eval.json"
     deadline = time.time() + 300
-    while not done.exists() and first.poll() is None and time.time() < deadline:
+    # finished = the run's own completion record (eval.json is written just before it: a
+    # Ctrl-C between the two stops the run, and the next start rightly resumes it)
+    while not records.finished(str(runs / "0")) and first.poll() is None and \
+            time.time() < deadline:
         time.sleep(0.2)
-    assert done.exists(), first.communicate()[0][-3000:]
+    assert records.finished(str(runs / "0")), first.communicate()[0][-3000:]
     first.send_signal(signal.SIGINT)  # Ctrl-C while seed 1 runs: it is stopped, not finished
     first.communicate(timeout=180)
     # seed 1 can (rarely, on a quiet machine) finish before the Ctrl-C lands: then it too
     # must be skipped, else it must be started again
-    seed1_finished = (out / "runs" / "topic" / "0.001" / "1" / "eval.json").exists()
+    seed1_finished = records.finished(str(runs / "1"))
     mtime = done.stat().st_mtime_ns
     second = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True,
                             timeout=600)
