@@ -161,8 +161,8 @@ class _PhaseTrainer:
     def _fn(self, accum: int):
         if accum not in self._fns:
             self._fns[accum] = trainer_lib.jit_step(trainer_lib.make_step(
-                self._pieces.loss_fn, self.tx, self._pieces.prepare, accum, self._nan,
-                self.shardings.params), self.shardings, self.mesh)
+                self._pieces.loss_fn, self.tx, self._pieces.prepare, accum, self._nan),
+                self.shardings, self.mesh)
         return self._fns[accum]
 
     def step_fn(self, state, batch, rng):

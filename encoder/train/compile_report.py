@@ -126,8 +126,7 @@ def compile_step(config, devices=None, job: str = "pretrain", task: str | None =
         prepare = None
     abstract, shardings = trainer_lib.state_shapes(init_params, tx, mesh, jax.random.key(0))
     step = trainer_lib.jit_step(trainer_lib.make_step(
-        loss_fn, tx, prepare, config.train.grad_accum_steps,
-        param_sharding=shardings.params), shardings, mesh)
+        loss_fn, tx, prepare, config.train.grad_accum_steps), shardings, mesh)
     state = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                          abstract, shardings)
     rng = jax.eval_shape(lambda: jax.random.key(0))

@@ -66,23 +66,15 @@ def check_train_config(train_cfg, num_devices: int | None = None) -> None:
 
 
 def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum: int = 1,
-              nan_at_step: int = -1, param_sharding=None):
+              nan_at_step: int = -1):
     """The pure train step; grad_accum > 1 scans over micro-batches.
 
     loss_fn(params, batch, rng) -> (loss, metrics); prepare(batch, rng) -> batch
-    runs once per step on device before the micro-batches are cut. param_sharding (the
-    parameters' NamedShardings) pins every gradient to its parameter's layout as soon as
-    it is computed: under FSDP the partitioner then reduce-scatters each gradient instead
-    of all-reducing it whole and slicing (and micro-batch sums are held sharded).
+    runs once per step on device before the micro-batches are cut.
     """
-    def pin(grads):
-        if param_sharding is None:
-            return grads
-        return jax.lax.with_sharding_constraint(grads, param_sharding)
-
     def grads_and_metrics(params, batch, rng):
         (_, metrics), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch, rng)
-        return pin(grads), metrics
+        return grads, metrics
 
     def step(state: TrainState, batch: dict, rng: jax.Array):
         k_prepare, rng = jax.random.split(rng)
@@ -167,8 +159,8 @@ class Trainer:
         self.initial_state, self.shardings = init_state(init_params, tx, mesh,
                                                         jax.random.key(seed))
         self.abstract = store.abstract_like(self.initial_state, self.shardings)
-        self.step_fn = jit_step(make_step(loss_fn, tx, prepare, grad_accum, nan_at_step,
-                                          self.shardings.params), self.shardings, mesh)
+        self.step_fn = jit_step(make_step(loss_fn, tx, prepare, grad_accum, nan_at_step),
+                                self.shardings, mesh)
 
     def jit_eval(self, fn: Callable):
         """jit of fn(params, batch, rng) with the run's shardings."""
