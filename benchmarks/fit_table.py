@@ -39,7 +39,8 @@ PLAN = [
     ("modernbert_large", 8192, "full", "true"),
 ]
 # every other recipe, compiled once at 1 row per chip (each must compile with auto)
-OTHERS = ["bert_base", "albert_base", "electra_small", "mosaicbert_base", "pretrain"]
+OTHERS = ["bert_base", "albert_base", "electra_small", "mosaicbert_base", "pretrain",
+          "mmbert_base", "ettin_base", "wsd"]
 FIT_CHIPS = ("v5e", "v6e", "v5p")
 
 
