@@ -16,6 +16,7 @@ scores a method with no model (TF-IDF bag of words, or the majority class) on
 the same data into the same files (encoder/studies/suite/baseline.py).
 """
 import os
+import shutil
 import signal
 
 from absl import app, flags, logging
@@ -56,6 +57,10 @@ flags.DEFINE_integer("probe_max_train", 2000, "training examples per probe")
 FLAGS = flags.FLAGS
 
 
+# What a suite's folder holds before its first score, all rebuilt by a rerun.
+REBUILT = {".encoder-output.json", "LOCK", "tasks", "data"}
+
+
 def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -93,12 +98,32 @@ def main(argv):
     from encoder.train.workdir import Lock
     state = errors.check_output(f.workdir, "suite", "--workdir", legacy=lambda d: any(
         os.path.exists(os.path.join(d, n)) for n in ("runs", "suite.json", "suite.csv")))
+    emptied = False
     try:
         with Lock(f.workdir):
-            errors.mark_output(f.workdir, "suite")
-            result = battery.run_suite(opts)
+            try:
+                errors.mark_output(f.workdir, "suite")
+                result = battery.run_suite(opts)
+            except BaseException:
+                # Refused (or stopped) before any score, in a folder this suite created:
+                # it holds only what a rerun rebuilds (the embedded tasks, prepared data).
+                # Emptied under the lock (a second suite refused by it touches nothing).
+                emptied = state == "new" and set(os.listdir(f.workdir)) <= REBUILT
+                if emptied:
+                    for name in set(os.listdir(f.workdir)) - {"LOCK"}:
+                        path = os.path.join(f.workdir, name)
+                        if os.path.isdir(path):
+                            shutil.rmtree(path)
+                        else:
+                            os.remove(path)
+                raise
     except BaseException as e:
-        if state != "ours":  # refused before writing anything: leave no marker, no folder
+        if emptied:
+            try:
+                os.rmdir(f.workdir)  # empty once the lock is released
+            except OSError:
+                pass
+        elif state != "ours":  # refused before writing anything: leave no marker, no folder
             errors.discard_if_untouched(f.workdir, created=state == "new")
         if isinstance(e, (TaskDataError, FileNotFoundError, ValueError)):
             raise SystemExit(f"error: {e}") from None

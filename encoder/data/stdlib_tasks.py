@@ -329,11 +329,27 @@ def build_all(out_dir: str) -> dict:
     return counts
 
 
+def _earlier_build(folder: str) -> bool:
+    """A folder written by this command before it left a marker: every task folder, each
+    with its task.json, and nothing else (a user's folder with a topic/ is not one)."""
+    return set(os.listdir(folder)) == set(TASK_META) and all(
+        os.path.isfile(os.path.join(folder, name, "task.json")) for name in TASK_META)
+
+
 def main(argv):
-    del argv
-    print(json.dumps(build_all(flags.FLAGS.out)))
+    from encoder import errors
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    out = flags.FLAGS.out
+    # --out is new, empty or an earlier build: a user's folder is never written into
+    # (a topic/train.jsonl of theirs would be replaced).
+    errors.check_output(out, "tasks", "--out", legacy=_earlier_build)
+    errors.mark_output(out, "tasks")
+    print(json.dumps(build_all(out)))
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("out", None, "output folder", required=True)
-    app.run(main)
+    from encoder import errors
+    flags.DEFINE_string("out", None, "output folder (new, empty, or an earlier build)",
+                        required=True)
+    app.run(errors.one_line_errors(main), flags_parser=errors.parse_flags)

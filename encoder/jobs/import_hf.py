@@ -22,21 +22,28 @@ def config_from_hf(hf_config: dict):
 def main(argv):
     del argv
     from absl import flags
+    from encoder import errors
     from encoder.checkpoints import store
     from encoder.data import tokenizer as tokenizer_lib
     from absl import logging
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-    try:
-        cfg, params = load(flags.FLAGS.checkpoint)
-        out = flags.FLAGS.out
-        if os.path.isfile(out) or (os.path.isdir(out) and os.listdir(out)):
-            raise ValueError(f"--out={out} exists and is not empty")
-    except (OSError, ValueError) as e:
-        raise SystemExit(f"hf_bert: {e}") from None
-    store.save_params(flags.FLAGS.out, params, cfg)
-    # The vocabulary travels with the parameters, so the folder is a valid init_from.
-    tokenizer_lib.load(flags.FLAGS.checkpoint).save(os.path.join(flags.FLAGS.out, "tokenizer"))
+    out = flags.FLAGS.out
+    # --out first (before the checkpoint is read): new, empty or an earlier import; the
+    # errors end as every command's, `error: ...` (one_line_errors).
+    errors.check_output(out, "import", "--out")
+    if errors.inside(out, flags.FLAGS.checkpoint) or errors.inside(flags.FLAGS.checkpoint, out):
+        raise errors.NotOurs(f"--out={out} is, contains or lies inside --checkpoint")
+    cfg, params = load(flags.FLAGS.checkpoint)
+    tokenizer = tokenizer_lib.load(flags.FLAGS.checkpoint)
+    errors.mark_output(out, "import")
+    config_json = os.path.join(out, "model_config.json")
+    if os.path.exists(config_json):  # an earlier import: incomplete until rewritten
+        os.remove(config_json)
+    # The vocabulary travels with the parameters, so the folder is a valid init_from;
+    # save_params writes model_config.json last (a complete folder).
+    tokenizer.save(os.path.join(out, "tokenizer"))
+    store.save_params(out, params, cfg)
     count = sum(v.size for v in _leaves(params))
     print(f"wrote {flags.FLAGS.out}: {count:,} parameters")
 

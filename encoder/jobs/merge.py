@@ -60,6 +60,9 @@ METHODS: dict[str, Callable] = {"average": _average, "weighted": _weighted}
 
 def parse_entries(workdirs: str, last: int = 0) -> list[tuple[str, int | None]]:
     """'A,B@2000' -> [(A, None), (B, 2000)]; --last=K expands a bare A into its K newest."""
+    if last < 0:
+        raise errors.UsageError(f"--last={last}: expected 0 (each workdir's newest checkpoint) "
+                                "or K > 0 (its K newest)")
     out = []
     for item in filter(None, (s.strip() for s in workdirs.split(","))):
         path, sep, step = item.rpartition("@") if "@" in item else (item, "", "")
@@ -71,16 +74,59 @@ def parse_entries(workdirs: str, last: int = 0) -> list[tuple[str, int | None]]:
             out.append((path, int(step)))
         elif last > 0:
             mngr = store.manager(path, create=False)
-            steps = sorted(mngr.all_steps())[-last:]
+            have = sorted(mngr.all_steps())
             mngr.close()
-            if not steps:
+            if not have:
                 raise FileNotFoundError(f"{path}: no checkpoint")
-            out.extend((path, s) for s in steps)
+            if len(have) < last:
+                raise errors.UsageError(
+                    f"--last={last}: {path} has {len(have)} checkpoint"
+                    f"{'s' if len(have) != 1 else ''} (steps {have}); give --last={len(have)} "
+                    "or fewer")
+            out.extend((path, s) for s in have[-last:])
         else:
             out.append((path, None))
     if not out:
         raise ValueError("--workdirs names no checkpoint")
+    _refuse_repeats([(os.path.realpath(p), s) for p, s in out], "--workdirs names")
     return out
+
+
+def _refuse_repeats(keys: list, what: str) -> None:
+    """One checkpoint twice would be counted (and weighted) twice while merge.json names two
+    inputs: refused."""
+    seen = set()
+    for path, step in keys:
+        if (path, step) in seen:
+            name = f"{path}@{step}" if step is not None else f"{path} (its newest checkpoint)"
+            raise errors.UsageError(f"{what} {name} twice: each checkpoint once (an "
+                                    "average of one checkpoint counted twice is not an "
+                                    "average of two; use --method=weighted to weigh it)")
+        seen.add((path, step))
+
+
+def parse_weights(weights: str, method: str, n: int) -> list[float]:
+    """--weights as numbers, checked before any checkpoint is read: one per checkpoint, >= 0,
+    a positive sum, and only with --method=weighted (--method=average weighs every
+    checkpoint 1/n: weights given beside it would be recorded but not applied)."""
+    if not weights:
+        if method == "weighted":
+            raise errors.UsageError("--method=weighted needs --weights (one per checkpoint)")
+        return [1.0] * n
+    if method != "weighted":
+        raise errors.UsageError(f"--weights={weights} applies to --method=weighted; "
+                                f"--method={method} weighs every checkpoint 1/{n}: add "
+                                "--method=weighted or drop --weights")
+    try:
+        w = [float(x) for x in weights.split(",")]
+    except ValueError:
+        raise errors.UsageError(f"--weights={weights}: expected comma-separated numbers, "
+                                "one per checkpoint") from None
+    if len(w) != n:
+        raise errors.UsageError(f"--weights has {len(w)} values for {n} checkpoints")
+    if not all(np.isfinite(w)) or min(w) < 0 or sum(w) <= 0:
+        raise errors.UsageError(f"--weights must be >= 0 with a positive sum, got {weights}")
+    return w
 
 
 def _tokenizer_fingerprint(folder: str, run_config) -> str:
@@ -179,9 +225,7 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
     for path, _ in entries:
         if errors.inside(out, path) or errors.inside(path, out):
             raise errors.NotOurs(f"--out={out} is, contains or lies inside the input {path}")
-    if method == "weighted" and not weights:
-        raise ValueError("--method=weighted needs --weights (one per checkpoint)")
-    w = [float(x) for x in weights.split(",")] if weights else [1.0] * len(entries)
+    w = parse_weights(weights, method, len(entries))
     runs, trees, tokens, used = [], [], [], []
     for path, step in entries:
         run, params, got = load_checkpoint(path, step, tree)
@@ -189,6 +233,8 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
         trees.append(params)
         tokens.append(_tokenizer_fingerprint(path, run))
         used.append({"workdir": os.path.abspath(path), "step": int(got)})
+    _refuse_repeats([(os.path.realpath(u["workdir"]), u["step"]) for u in used],
+                    "--workdirs reaches")  # WORKDIR and WORKDIR@its newest step
     for i in range(1, len(entries)):
         name = f"{entries[i][0]}@{used[i]['step']} and {entries[0][0]}@{used[0]['step']}"
         diff = _model_diff(runs[i].model, runs[0].model)
@@ -204,6 +250,11 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
     record = {"method": method, "tree": tree, "inputs": used,
               "weights": list(np.asarray(w) / np.sum(w))}
     errors.mark_output(out, "merge")
+    # An earlier merge here stops being a complete folder first: a merge stopped while it
+    # writes leaves no model_config.json beside a mix of the two (never an init_from).
+    for name in ("model_config.json", "merge.json"):
+        if os.path.exists(os.path.join(out, name)):
+            os.remove(os.path.join(out, name))
     # The tokenizer first: save_params writes model_config.json last (a complete folder).
     sources._tokenizer_in(entries[0][0], runs[0]).save(os.path.join(out, "tokenizer"))
     store.save_params(out, merged, runs[0].model, extra={"merge.json": record})

@@ -23,4 +23,4 @@ if __name__ == "__main__":
     flags.DEFINE_integer("max_len", 128, "tokens per text")
     flags.DEFINE_string("query_prefix", "", "prepended to each text_a (e.g. 'query: ')")
     flags.DEFINE_string("passage_prefix", "", "prepended to each passage")
-    app.run(mine.main, flags_parser=errors.parse_flags)
+    app.run(errors.one_line_errors(mine.main), flags_parser=errors.parse_flags)

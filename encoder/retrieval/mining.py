@@ -19,6 +19,20 @@ from encoder.retrieval import search
 REASONS = ("positive", "absolute_margin", "relative_margin", "max_score")
 
 
+def candidates(num_negatives: int, range_min: int = 0, range_max: int = 0) -> int:
+    """The top-k searched per pair (k = range_max, else range_min + 4 num_negatives + 1),
+    the options checked (the command calls it before it reads or embeds anything)."""
+    if num_negatives <= 0:
+        raise ValueError(f"num_negatives must be positive, got {num_negatives}")
+    if range_min < 0 or range_max < 0:
+        raise ValueError(f"range_min and range_max must be >= 0, got {range_min} and "
+                         f"{range_max}")
+    k = range_max or (range_min + 4 * num_negatives + 1)
+    if k <= range_min:
+        raise ValueError(f"range_max {range_max} must exceed range_min {range_min}")
+    return k
+
+
 def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list,
          positive_rows: list, num_negatives: int = 5, range_min: int = 0,
          range_max: int = 0, absolute_margin: float | None = None,
@@ -26,11 +40,7 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
          devices=None):
     """(negatives: one list of texts per pair, stats). pairs: {"text_a", "text_b"};
     positive_rows: each pair's positive's corpus row (-1: not in the corpus)."""
-    if num_negatives <= 0:
-        raise ValueError(f"num_negatives must be positive, got {num_negatives}")
-    k = range_max or (range_min + 4 * num_negatives + 1)
-    if k <= range_min:
-        raise ValueError(f"range_max {range_max} must exceed range_min {range_min}")
+    k = candidates(num_negatives, range_min, range_max)
     q = np.asarray(query_vecs, np.float32)
     pos = np.sum(q * np.asarray(positive_vecs, np.float32), axis=-1)  # [P]
     scores, rows = search.exact_topk(q, corpus_vecs, k, devices=devices)

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import errors
 from encoder.model import attention, scan
 from encoder.objectives import pretraining
 from encoder.train import chips, flops, optimizer, partitioning, trainer as trainer_lib
@@ -42,9 +43,11 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     try:
         import libtpu  # noqa: F401
     except ImportError as e:
-        raise RuntimeError(f"--topology={topology} compiles with libtpu, which is not installed: "
-                           "pip install -r requirements-test.txt (it pins libtpu to jax's "
-                           "version)") from e
+        raise errors.UsageError(f"--topology={topology} compiles with libtpu, which is not "
+                                "installed: pip install -r requirements-test.txt (it pins "
+                                "libtpu to jax's version)") from e
+    if num_slices < 1:
+        raise errors.UsageError(f"--num_slices={num_slices}: expected 1 or more")
     # Several processes may compile at once (tests, a fit sweep); libtpu's lock file is for
     # processes that own real chips, which a compile-only client does not.
     os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
@@ -53,8 +56,13 @@ def topology_devices(topology: str, num_slices: int = 1) -> list:
     dims = topology.split(":")[-1].split("x")
     if all(d == "1" for d in dims):
         kwargs["chips_per_host_bounds"] = (1, 1, 1)
-    desc = topologies.get_topology_desc(platform="tpu", topology_name=topology,
-                                        num_slices=num_slices, **kwargs)
+    try:
+        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology,
+                                            num_slices=num_slices, **kwargs)
+    except jax.errors.JaxRuntimeError as e:  # libtpu's INVALID_ARGUMENT: a name it cannot read
+        text = str(e).split("INVALID_ARGUMENT:")[-1].strip()
+        raise errors.UsageError(f"--topology={topology}: {text} (a TPU generation and its "
+                                "chips, e.g. v5e:2x2, v5p:2x2x2, v6e:4x4)") from None
     return list(desc.devices)
 
 

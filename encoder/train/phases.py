@@ -138,8 +138,19 @@ class Plan:
 
 def declared(config) -> list[dict]:
     """The phases as plain dicts (a config read back from JSON holds lists of dicts)."""
-    return [dict(p) if not hasattr(p, "to_dict") else p.to_dict()
-            for p in (config.get("phases", ()) or ())]
+    out = []
+    for i, p in enumerate(config.get("phases", ()) or ()):
+        if hasattr(p, "to_dict"):
+            p = p.to_dict()
+        if not isinstance(p, dict):
+            raise ValueError(f"phases[{i}]: expected a dict such as dict(name='decay', "
+                             f"steps=100, train=dict(learning_rate=1e-4)), got {p!r}")
+        out.append(dict(p))
+    return out
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _check_phase(i: int, p: dict) -> None:
@@ -149,10 +160,18 @@ def _check_phase(i: int, p: dict) -> None:
         raise ValueError(f"{where}: unknown keys {unknown}; a phase has {', '.join(PHASE_KEYS)}")
     if not p.get("name"):
         raise ValueError(f"{where}: every phase needs a name")
+    for key in ("steps", "tokens"):
+        v = p.get(key, 0)
+        if not _number(v) or (key == "steps" and v != int(v)):
+            raise ValueError(f"{where}: {key}={v!r} must be a "
+                             f"{'whole number' if key == 'steps' else 'number'}")
     if bool(p.get("steps", 0)) == bool(p.get("tokens", 0)):
         raise ValueError(f"{where}: give exactly one budget, steps=N or tokens=N (got "
                          f"steps={p.get('steps', 0)}, tokens={p.get('tokens', 0)})")
     for section, fields in PHASE_FIELDS.items():
+        if not isinstance(p.get(section, {}) or {}, dict):
+            raise ValueError(f"{where}: {section} must be a dict of fields, got "
+                             f"{p[section]!r}")
         bad = sorted(set(p.get(section, {}) or {}) - set(fields))
         if bad:
             raise ValueError(f"{where}: {section}.{bad[0]} cannot change in a phase (it changes "
@@ -161,14 +180,26 @@ def _check_phase(i: int, p: dict) -> None:
 
 
 def phase_config(config, p: dict):
-    """The base config with phase p's fields laid over it (phases emptied)."""
+    """The base config with phase p's fields laid over it (phases emptied). A value is
+    checked against the field's type: an integer field takes a whole number (2.5 rows is
+    refused, not rounded), a float field a number, anything else the field's own type."""
     c = config.copy_and_resolve_references()
     c.phases = ()
+    where = f"phase {p.get('name', '?')!r}"
     for section in PHASE_FIELDS:
         for k, v in (p.get(section) or {}).items():
             old = c[section][k]
-            c[section][k] = type(old)(v) if isinstance(old, (int, float)) and not isinstance(
-                old, bool) else v
+            if isinstance(old, bool) or not isinstance(old, (int, float)):
+                try:
+                    c[section][k] = v
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{where}: {section}.{k}={v!r}: {e}") from None
+                continue
+            if not _number(v) or (isinstance(old, int) and v != int(v)):
+                kind = "a whole number" if isinstance(old, int) else "a number"
+                raise ValueError(f"{where}: {section}.{k}={v!r} must be {kind} (the field's "
+                                 f"default is {old!r})")
+            c[section][k] = type(old)(v)
     return c
 
 

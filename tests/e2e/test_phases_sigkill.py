@@ -3,6 +3,7 @@ modernbert_base recipe at runlocal (three phases: 64 tokens with a batch-size wa
 an extension to 512 tokens with a new RoPE base, a 1-sqrt decay), through the CLI."""
 import os
 import signal
+import shutil
 import subprocess
 import sys
 import time
@@ -58,7 +59,9 @@ def test_sigkill_past_a_phase_boundary_resumes_bitwise(tmp_path, tiny_data):
 def test_the_merge_command_and_its_flags(tmp_path, tiny_pretrained):
     from encoder.checkpoints import sources
     out = tmp_path / "merged"
-    cmd = [sys.executable, "-m", "encoder.merge", f"--workdirs={tiny_pretrained},{tiny_pretrained}",
+    twin = tmp_path / "twin"  # a second run (one checkpoint twice is refused)
+    shutil.copytree(tiny_pretrained, twin, ignore=shutil.ignore_patterns("LOCK"))
+    cmd = [sys.executable, "-m", "encoder.merge", f"--workdirs={tiny_pretrained},{twin}",
            f"--out={out}", "--method=weighted", "--weights=1,3", "--tree=params"]
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -39,6 +39,7 @@ def launcher_options(opts: SuiteOptions) -> dict:
 
 
 def run_suite(opts: SuiteOptions) -> dict:
+    options.check_grid(opts)
     if opts.baseline:
         return run_baseline(opts)
     if not opts.init_from:
@@ -60,6 +61,7 @@ def run_suite(opts: SuiteOptions) -> dict:
     bad = [kv for kv in opts.finetune_set if "=" not in kv]
     if bad:
         raise ValueError(f"--finetune_set expects field=value, got {bad}")
+    plan_lib.check_sets(tasks, preset, opts)
     rule = preset["average"]
     seeds = list(range(preset["seeds"]))
     prepared = data.prepare_tasks(tasks, root, preset, opts)

@@ -34,6 +34,18 @@ class SuiteOptions:
     baseline: str = ""             # a method with no model instead (suite/baseline.py)
 
 
+def check_grid(opts: SuiteOptions) -> None:
+    """--seeds and --learning_rates as given, before tasks are built or a model is read
+    (the preset's own values are checked by presets.resolve)."""
+    if opts.seeds < 0:
+        raise ValueError(f"--seeds={opts.seeds}: expected N >= 1 seeds per learning rate "
+                         "(0: the preset's)")
+    bad = [lr for lr in opts.learning_rates if not 0 < lr < float("inf")]
+    if bad:
+        raise ValueError(f"--learning_rates must be positive numbers, got {bad} in "
+                         f"{list(opts.learning_rates)}")
+
+
 # Options that only mean something for a model: a baseline run refuses them.
 MODEL_ONLY = ("init_from", "learning_rates", "epochs", "parallel", "probe", "random_init",
               "pooling", "embedding_pooling", "intermediate", "finetune_set",

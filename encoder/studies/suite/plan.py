@@ -79,6 +79,17 @@ def run_settings(task, preset: dict, opts: SuiteOptions, lr: float, seed: int) -
                 pooling=preset["pooling"], random_init=opts.random_init)
 
 
+def check_sets(tasks: list, preset: dict, opts: SuiteOptions) -> None:
+    """--finetune_set's fields and values against each task type's fine-tuning config,
+    before any data is prepared (a typo is refused with nothing written)."""
+    sets = jobconfig.parse_sets(opts.finetune_set)
+    if not sets:
+        return
+    for task_type in sorted({t.type for t in tasks if t.kind == "finetune"}):
+        jobconfig.override(_experiment(f"{FINETUNE_EXPERIMENT}:task={task_type},"
+                                       f"pooling={preset['pooling']}"), sets)
+
+
 def plan(tasks: list, prepared: dict, preset: dict, opts: SuiteOptions, root: str,
          starts: dict) -> list:
     """Every fine-tuning run, task x learning rate x seed (runner.Run)."""

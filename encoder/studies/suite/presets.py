@@ -132,6 +132,10 @@ def resolve(name: str, hidden_size: int, overrides: dict | None = None) -> dict:
     if not out["learning_rates"] or out["seeds"] < 1:
         raise ValueError(f"a suite needs at least one learning rate and one seed, got "
                          f"{out['learning_rates']} and {out['seeds']}")
+    bad = [lr for lr in out["learning_rates"] if not 0 < lr < float("inf")]
+    if bad:  # refused here, not by every fine-tuning run after the data is prepared
+        raise ValueError(f"--learning_rates must be positive numbers, got {bad} in "
+                         f"{list(out['learning_rates'])}")
     return out
 
 
