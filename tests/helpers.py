@@ -155,6 +155,15 @@ def tiny_pretrain_config(**train):
     return config
 
 
+def one_line(rc: int, err: str, *words) -> None:
+    """A command's refusal: exit 1, no traceback, an `error: ...` line holding every word."""
+    assert rc == 1, err
+    assert "Traceback" not in err, err
+    assert "error: " in err, err
+    for w in words:
+        assert w in err, (w, err)
+
+
 def run_module(module: str, *args, timeout: float = 300, env: dict | None = None):
     """`python -m module args` from the repository root: (exit status, stdout, stderr)."""
     proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,

@@ -15,17 +15,9 @@ from encoder import errors
 from encoder.checkpoints import store
 from encoder.jobs import merge
 
-from helpers import ROOT, minilm_dir, run_module, snapshot, topic_task, write_jsonl
+from helpers import ROOT, minilm_dir, one_line, run_module, snapshot, topic_task, write_jsonl
 
 pytestmark = pytest.mark.e2e
-
-
-def one_line(rc, err, *words):
-    assert rc == 1, err
-    assert "Traceback" not in err, err
-    assert "error: " in err, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 @pytest.fixture

@@ -10,18 +10,10 @@ import pytest
 
 from encoder.data import corpus
 
-from helpers import ROOT, run_module, snapshot
+from helpers import ROOT, one_line, run_module, snapshot
 
 pytestmark = pytest.mark.e2e
 run = run_module  # python -m MODULE ARGS -> (exit status, stdout, stderr)
-
-
-def one_line(rc, err, *words):
-    assert rc == 1, err
-    assert "Traceback" not in err, err
-    assert "error: " in err, err
-    for w in words:
-        assert w in err, (w, err)
 
 
 def test_flag_and_config_mistakes_are_one_line(tmp_path):
