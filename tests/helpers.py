@@ -164,6 +164,15 @@ def one_line(rc: int, err: str, *words) -> None:
         assert w in err, (w, err)
 
 
+def alive(pid: int) -> bool:
+    """Running (a zombie nobody has reaped yet counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except FileNotFoundError:
+        return False
+
+
 def run_module(module: str, *args, timeout: float = 300, env: dict | None = None):
     """`python -m module args` from the repository root: (exit status, stdout, stderr)."""
     proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT,

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from encoder import tether
-from helpers import ROOT
+from helpers import ROOT, alive
 
 # The child: tied to its parent, says how and whether the variable is gone, then waits;
 # SIGTERM (the clean stop a job checkpoints on) writes a line and exits 75.
@@ -38,15 +38,6 @@ child = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]],
 print(child.pid, flush=True)
 time.sleep(60)
 """
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody has reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except FileNotFoundError:
-        return False
 
 
 def wait_for(predicate, timeout: float) -> bool:

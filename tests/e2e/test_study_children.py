@@ -10,20 +10,11 @@ import sys
 import time
 
 from encoder.studies import jobconfig, records
-from helpers import ROOT, topic_task
+from helpers import ROOT, alive, topic_task
 
 
 def _env():
     return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
-
-
-def alive(pid: int) -> bool:
-    """Running (a zombie nobody has reaped yet counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except FileNotFoundError:
-        return False
 
 
 def wait_for(predicate, timeout: float, every: float = 0.2) -> bool:
