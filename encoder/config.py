@@ -137,6 +137,9 @@ def base_config() -> ml_collections.ConfigDict:
         batch_warmup_tokens=0,         # > 0: the batch grows from batch_warmup_start rows to
         batch_warmup_start=0,          # batch_size over this many tokens, in steps of
         batch_warmup_increment=0,      # batch_warmup_increment rows (0: one micro-batch)
+        time_budget_s=0.0,             # > 0: cramming's wall-clock budget: the schedule is read
+                                       # at the budget's share spent (x num_steps), and the
+                                       # run stops when it is spent (encoder/train/optimizer.py)
         b1=0.9,
         b2=0.98,
         eps=1e-6,

@@ -63,6 +63,11 @@ def validate(config, num_devices: int | None = None) -> None:
         raise ValueError("init_state=full continues another run of this codebase: init_from "
                          f"must be its workdir, got {config.init_from!r}")
     plan = phases_lib.validate(config)
+    if float(config.train.get("time_budget_s", 0.0)) > 0 and (
+            len(plan.phases) > 1 or config.train.batch_warmup_tokens):
+        raise ValueError("train.time_budget_s reads one schedule on a clock: it takes a run "
+                         "of one phase without batch_warmup_tokens (phases and batch warmup "
+                         "are budgeted in steps or tokens)")
     if config.get("phases"):
         for ph in plan.phases:
             objectives.validate(ph.config)
@@ -336,7 +341,8 @@ def _train(config, workdir: str, devices=None) -> dict:
                 tokens_per_step=pc.train.batch_size * pc.data.seq_len,
                 flops_per_step=prun.flops_per_step,
                 peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
-                learning_rate=plan.schedule, progress=cfg.train.progress, seed=cfg.seed)
+                learning_rate=plan.schedule, progress=cfg.train.progress, seed=cfg.seed,
+                time_budget_s=float(cfg.train.get("time_budget_s", 0.0)))
             state, last = trainer_lib.run_loop(
                 prun.trainer, state, phases_lib.Batches(it, phase, int(state.step)), mngr,
                 phases_lib.PhaseWriter(writer, phase, plan), opts, evaluate=_evaluate(prun),

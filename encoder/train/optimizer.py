@@ -23,6 +23,14 @@ The EMA (train.ema_decay > 0) is an optax transform at the end of the chain whos
 ema_t = d ema_{t-1} + (1 - d) params_t (ema_0 = the initial params): it lives in the
 optimizer state, so it is sharded like the parameters (its leaves have their shapes),
 saved with every checkpoint, carried by init_state=full, and read by `ema_params`.
+
+A wall-clock budget (train.time_budget_s > 0; cramming's budget schedules, Geiping &
+Goldstein 2023) keeps the schedule's shape but reads it on a clock: the rule is built at
+learning rate 1 and `scale_by_clock` multiplies its step by schedule(p * num_steps), where
+p = elapsed / budget lives in the optimizer state (a replicated scalar) and the training
+loop sets it before every step (`set_clock`). warmup_steps and decay_steps are therefore
+read as shares of train.num_steps, and num_steps is the schedule's horizon, not a count
+the run must reach.
 """
 from typing import Any, Callable, NamedTuple
 
@@ -95,6 +103,37 @@ def ema_of_params(decay: float) -> optax.GradientTransformation:
     return optax.GradientTransformation(init, update)
 
 
+class ClockState(NamedTuple):
+    progress: jax.Array  # f32[]: the share of the time budget spent before this step
+
+
+def scale_by_clock(lr_of_progress: Callable) -> optax.GradientTransformation:
+    """Multiplies the updates by lr_of_progress(progress); progress is set by the host."""
+    def init(params):
+        del params
+        return ClockState(progress=jnp.zeros([], jnp.float32))
+
+    def update(updates, state, params=None):
+        del params
+        lr = lr_of_progress(state.progress)
+        return jax.tree.map(lambda u: u * lr, updates), state
+
+    return optax.GradientTransformation(init, update)
+
+
+def set_clock(opt_state, progress: float):
+    """opt_state with every ClockState's progress set (a float in [0, 1])."""
+    is_clock = lambda x: isinstance(x, ClockState)  # noqa: E731
+    value = jnp.asarray(progress, jnp.float32)
+    return jax.tree.map(lambda x: ClockState(progress=value) if is_clock(x) else x,
+                        opt_state, is_leaf=is_clock)
+
+
+def clock_schedule(schedule: optax.Schedule, num_steps: int) -> Callable:
+    """The learning rate at a share p of the time budget: the step schedule at p * steps."""
+    return lambda p: schedule(jnp.asarray(p, jnp.float32) * num_steps)
+
+
 def ema_params(opt_state):
     """The EMA tree held in an optimizer state, or None when the run keeps none."""
     is_ema = lambda x: isinstance(x, EmaState)  # noqa: E731
@@ -136,6 +175,9 @@ def validate(train_cfg) -> None:
     d = float(train_cfg.get("ema_decay", 0.0))
     if not 0.0 <= d < 1.0:
         raise ValueError(f"train.ema_decay must be in [0, 1) (0: no EMA), got {d}")
+    budget = float(train_cfg.get("time_budget_s", 0.0))
+    if budget < 0 or budget != budget:
+        raise ValueError(f"train.time_budget_s must be >= 0 (0: no budget), got {budget}")
 
 
 def make_optimizer(train_cfg, schedule: optax.Schedule | None = None,
@@ -145,13 +187,18 @@ def make_optimizer(train_cfg, schedule: optax.Schedule | None = None,
     schedule: the learning rate by step (default: train's own schedule; a phased run
     passes the joined schedule of its phases, encoder/train/phases.py).
     peak_learning_rate: what decoupled weight decay divides by (default train.learning_rate).
+    With train.time_budget_s > 0 the rule runs at learning rate 1 and `scale_by_clock`
+    applies the schedule at the budget's share spent (module docstring).
     """
     validate(train_cfg)
     lr = learning_rate_schedule(train_cfg) if schedule is None else schedule
+    on_clock = float(train_cfg.get("time_budget_s", 0.0)) > 0
     rule = OPTIMIZERS[train_cfg.get("optimizer", "adamw")](
-        train_cfg, lr, _weight_decay(train_cfg, peak_learning_rate))
+        train_cfg, 1.0 if on_clock else lr, _weight_decay(train_cfg, peak_learning_rate))
     parts = [optax.clip_by_global_norm(train_cfg.clip_norm) if train_cfg.clip_norm > 0
              else optax.identity(), rule]
+    if on_clock:
+        parts.append(scale_by_clock(clock_schedule(lr, int(train_cfg.num_steps))))
     if float(train_cfg.get("ema_decay", 0.0)) > 0:
         parts.append(ema_of_params(float(train_cfg.ema_decay)))
     return optax.chain(*parts)

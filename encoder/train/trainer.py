@@ -34,7 +34,7 @@ import optax
 from absl import logging
 
 from encoder.checkpoints import store
-from encoder.train import metrics_io, partitioning, workdir as workdir_lib
+from encoder.train import metrics_io, optimizer, partitioning, workdir as workdir_lib
 
 
 @flax.struct.dataclass
@@ -243,6 +243,9 @@ class LoopOptions:
     learning_rate: Callable[[int], float] | None = None
     progress: bool = False
     seed: int = 0
+    # > 0: a wall-clock budget (optimizer.scale_by_clock): the run stops once this many
+    # seconds of its loops (every attempt's, compile and evaluation included) are spent
+    time_budget_s: float = 0.0
 
 
 class StopFlag:
@@ -285,6 +288,10 @@ class StopFlag:
             signal.signal(s, handler)
 
 
+# The loop's clock for a time budget (a module attribute, so a test can drive it).
+clock: Callable[[], float] = time.monotonic
+
+
 def report(line: str) -> None:
     """A progress line on stdout (process 0 only) and in the absl log."""
     logging.info(line)
@@ -304,6 +311,22 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
     """
     base_key = jax.random.key(opts.seed)
     start = int(state.step)
+    budget = float(opts.time_budget_s)
+    spent_before = float((restored_meta or {}).get("clock_s", 0.0))
+    clock_t0 = clock()
+
+    def budget_share() -> float:
+        """The share of the time budget spent so far (0 without a budget); process 0's
+        clock, so every process steps with the same learning rate and stops together."""
+        if not budget:
+            return 0.0
+        share = (spent_before + clock() - clock_t0) / budget
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            share = float(multihost_utils.broadcast_one_to_all(np.float64(share)))
+        return share
+    share = budget_share()
+    share_used = share  # the share the last step's learning rate was read at
     progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
     window: dict[str, float] = dict((restored_meta or {}).get("window", {}))
     window_steps = int((restored_meta or {}).get("window_steps", 0))
@@ -333,8 +356,11 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
         row = {f"train/{k}": v / window_steps for k, v in window.items()}
         if opts.tokens_per_step:
             row["train/tokens_per_s"] = timed_steps * opts.tokens_per_step / elapsed
-        if opts.learning_rate is not None:
-            row["train/learning_rate"] = float(opts.learning_rate(step))
+        if opts.learning_rate is not None:  # on a clock: the schedule at its share of steps
+            row["train/learning_rate"] = float(opts.learning_rate(
+                share_used * opts.num_steps if budget else step))
+        if budget:
+            row["train/time_budget_share"] = min(share, 1.0)
         if opts.flops_per_step and opts.peak_flops:
             row["train/mfu"] = (timed_steps * opts.flops_per_step / elapsed
                                 / (opts.peak_flops * jax.device_count()))
@@ -345,12 +371,23 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
     stopping = False
     with StopFlag() as stop:
         try:
-            for step in range(start, opts.num_steps):
+            if budget and share >= 1.0:
+                report(f"the time budget ({budget:g} s) was spent at step {start}: nothing to do")
+            for step in range(start, opts.num_steps if share < 1.0 else start):
                 batch = trainer.shard(next(batches))
+                if budget:  # this step's learning rate: the schedule at the budget's share
+                    share_used = min(share, 1.0)
+                    state = state.replace(opt_state=optimizer.set_clock(state.opt_state,
+                                                                        share_used))
                 state, metrics = trainer.step_fn(state, batch, jax.random.fold_in(base_key, step))
                 step_no = step + 1
                 pending.append((step_no, metrics))
-                done = step_no == opts.num_steps
+                # the clock is read after every step (several processes: at log steps only,
+                # where they synchronise anyway)
+                if budget and (jax.process_count() == 1 or step_no % opts.log_every == 0):
+                    share = budget_share()
+                spent = bool(budget) and share >= 1.0
+                done = step_no == opts.num_steps or spent
                 if jax.process_count() == 1 or step_no % opts.log_every == 0 or done:
                     stopping = stop.agreed()  # at the same steps on every process
                 row = {}
@@ -372,7 +409,12 @@ def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsW
                     absorb()  # never save a state whose loss was not checked
                     store.save(mngr, step_no, state, batches.get_state(),
                                {"step": step_no, **(meta or {}), "window": dict(window),
-                                "window_steps": window_steps})
+                                "window_steps": window_steps,
+                                **({"clock_s": share * budget} if budget else {})})
+                if spent:
+                    report(f"the time budget ({budget:g} s) is spent: stopping at step "
+                           f"{step_no} (checkpoint saved)")
+                    break
                 if stopping:
                     logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
                     report(f"stopped by signal at step {step_no}; checkpoint saved in {workdir}")
