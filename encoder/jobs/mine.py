@@ -128,15 +128,22 @@ def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
                 "a BEIR corpus.jsonl line is {\"_id\": ..., \"title\": ..., \"text\": ...}, "
                 "_id and text strings)")
         corpus = [beir.document_text(d) for d in docs]
+        bodies = [d["text"] for d in docs]
     else:
         corpus, skipped = sorted({p["text_b"] for p in pairs}), 0
-    row_of = {t: i for i, t in enumerate(corpus)}
+        bodies = corpus
+    # A titled BEIR document reads "title text" while a pair's text_b is the text alone
+    # (api_retrieval's train.jsonl): the positive is found by either, at every row holding it.
+    rows_of: dict = {}
+    for i, keys in enumerate(zip(corpus, bodies)):
+        for key in set(keys):
+            rows_of.setdefault(key, []).append(i)
     encode, pooling = encoder_of(init_from, pooling, max_len)
     q = encode([query_prefix + p["text_a"] for p in pairs])
     pos = encode([passage_prefix + p["text_b"] for p in pairs])
     docs_vecs = encode([passage_prefix + t for t in corpus])
     negatives, stats = mining.mine(q, pos, docs_vecs, corpus, pairs,
-                                   [row_of.get(p["text_b"], -1) for p in pairs],
+                                   [rows_of.get(p["text_b"], []) for p in pairs],
                                    num_negatives, **filters)
     if jax.process_index() == 0:
         _write(out, pairs, negatives)

@@ -39,7 +39,8 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
          relative_margin: float | None = None, max_score: float | None = None,
          devices=None):
     """(negatives: one list of texts per pair, stats). pairs: {"text_a", "text_b"};
-    positive_rows: each pair's positive's corpus row (-1: not in the corpus)."""
+    positive_rows: each pair's positive's corpus row, or a list of its rows (a titled
+    corpus can hold its text under several titles); -1 or []: not in the corpus."""
     k = candidates(num_negatives, range_min, range_max)
     q = np.asarray(query_vecs, np.float32)
     pos = np.sum(q * np.asarray(positive_vecs, np.float32), axis=-1)  # [P]
@@ -48,9 +49,11 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
     out, short = [], 0
     for i, pair in enumerate(pairs):
         kept = []
+        own = positive_rows[i]
+        own = {int(own)} if np.ndim(own) == 0 else {int(r) for r in own}
         for s, j in zip(scores[i, range_min:], rows[i, range_min:]):
             text = corpus_texts[j]
-            if j == positive_rows[i] or text == pair["text_b"] or text == pair["text_a"]:
+            if int(j) in own or text == pair["text_b"] or text == pair["text_a"]:
                 dropped["positive"] += 1
                 continue
             if absolute_margin is not None and s + absolute_margin > pos[i]:
