@@ -9,8 +9,10 @@ a decay phase; one stable run serves every budget (Hägele et al. 2024).
         --config.init_state=full
 
 Options (besides encoder.config.OPTIONS): stable=N and decay=D steps, shape=linear|cosine|1-sqrt
-(the decay's), optimizer=adamw|stable_adamw|lion. The stable phase is constant after
-experiments/pretrain.py's warmup, so its first N steps are the same in every run.
+(the decay's), optimizer=adamw|stable_adamw|lion, stable_masking=R and decay_masking=R (each
+phase's masking rate; default the recipe's 0.15: a falling rate, as mmBERT's 30% -> 5%, is
+stable_masking=0.3). The stable phase is constant after experiments/pretrain.py's warmup, so
+its first N steps are the same in every run.
 """
 from encoder import config as config_lib
 from experiments import pretrain
@@ -23,10 +25,15 @@ def get_config(arg=None):
     shape = str(options.pop("shape", "linear"))
     optimizer = str(options.pop("optimizer", "adamw"))
     config = pretrain.get_config()
+    # a phase's masking rate only where asked (a phase without one keeps the recipe's)
+    masking = {k: dict(masking=dict(rate=float(options.pop(f"{k}_masking"))))
+               if f"{k}_masking" in options else {} for k in ("stable", "decay")}
     config.train.optimizer = optimizer
-    config.phases = (dict(name="stable", steps=stable, train=dict(schedule="constant")),) + (
+    config.phases = (dict(name="stable", steps=stable, train=dict(schedule="constant"),
+                          **masking["stable"]),) + (
         (dict(name="decay", steps=decay, train=dict(schedule="wsd", warmup_steps=0,
-                                                    decay_fraction=1.0, decay_shape=shape)),)
+                                                    decay_fraction=1.0, decay_shape=shape),
+              **masking["decay"]),)
         if decay else ())
     rest = ",".join(k if v is True else f"{k}={v}" for k, v in options.items())
     return config_lib.finalize(config, rest)
