@@ -177,6 +177,18 @@ def test_kernel_refusals_name_their_reason():
         jnp.zeros((1, 128, 2, 16)), None, attention.AttentionPattern(window=32))
 
 
+def init_params(cfg, ids, pad, pos, docs):
+    """The encoder's parameters, initialised under jit (an eager flax init compiles op by op)."""
+    return jax.jit(lambda r: encoder.Encoder(cfg).init(r, ids, None, pad, pos, docs)["params"])(
+        jax.random.PRNGKey(0))
+
+
+def apply_encoder(cfg, params, ids, pad, pos, docs):
+    """The encoder's output [B, T, D], jitted (traced afresh each call: a new function)."""
+    return jax.jit(lambda p: encoder.Encoder(cfg).apply({"params": p}, ids, None, pad, pos,
+                                                        docs)[0])(params)
+
+
 def tiny_model_cfg(**overrides):
     cfg = config_lib.model_config("tiny")
     cfg.update(dict(vocab_size=101, hidden_size=32, num_heads=2, intermediate_size=64,
@@ -209,8 +221,7 @@ def test_whole_encoder_matches_reference(impl):
     ids = jnp.asarray(rng.integers(5, 101, (B, T)), jnp.int32)
     cot = jnp.asarray(rng.normal(size=(B, T, 32)), jnp.float32)
     ref_cfg = tiny_model_cfg(attention_impl="reference")
-    params = nn.unbox(encoder.Encoder(ref_cfg).init(jax.random.PRNGKey(0), ids, None, pad, pos,
-                                                    docs)["params"])
+    params = nn.unbox(init_params(ref_cfg, ids, pad, pos, docs))
     ref, ref_grads = encode_with_grads(ref_cfg, params, ids, pad, docs, pos, cot)
     out, grads = encode_with_grads(tiny_model_cfg(attention_impl=impl), params, ids, pad, docs,
                                    pos, cot)
@@ -233,13 +244,10 @@ def test_position_biases_fall_back_in_the_model(position, fresh_notes, caplog):
     cfgs = {impl: tiny_model_cfg(attention_impl=impl, position=position,
                                  deberta_position_buckets=8, deberta_max_relative_positions=32)
             for impl in ("reference", "splash")}
-    params = encoder.Encoder(cfgs["reference"]).init(jax.random.PRNGKey(0), ids, None, pad, pos,
-                                                     docs)["params"]
-    ref, _ = encoder.Encoder(cfgs["reference"]).apply({"params": params}, ids, None, pad, pos,
-                                                      docs)
-    with caplog.at_level(logging.WARNING):
-        out, _ = encoder.Encoder(cfgs["splash"]).apply({"params": params}, ids, None, pad, pos,
-                                                       docs)
+    params = init_params(cfgs["reference"], ids, pad, pos, docs)
+    ref = apply_encoder(cfgs["reference"], params, ids, pad, pos, docs)
+    with caplog.at_level(logging.WARNING):  # the note is logged where the model is traced
+        out = apply_encoder(cfgs["splash"], params, ids, pad, pos, docs)
     lines = fallback_lines(caplog, "splash")
     assert len(lines) == 1 and "bias" in lines[0], lines
     assert max_diff(out, ref, np.asarray(pad, bool)) <= F32_TOL
@@ -250,10 +258,11 @@ def test_attention_dropout_takes_the_reference_path_and_says_so(fresh_notes, cap
     ids = jnp.asarray(np.random.default_rng(5).integers(5, 101, (B, T)), jnp.int32)
     cfg = tiny_model_cfg(attention_impl="splash", attention_dropout=0.1)
     model = encoder.Encoder(cfg)
-    params = model.init(jax.random.PRNGKey(0), ids, None, pad, pos, docs)["params"]
-    with caplog.at_level(logging.WARNING):
-        out, _ = model.apply({"params": params}, ids, None, pad, pos, docs, deterministic=False,
-                             rngs={"dropout": jax.random.PRNGKey(1)})
+    params = init_params(cfg, ids, pad, pos, docs)
+    with caplog.at_level(logging.WARNING):  # the note is logged where the model is traced
+        out, _ = jax.jit(lambda p: model.apply(
+            {"params": p}, ids, None, pad, pos, docs, deterministic=False,
+            rngs={"dropout": jax.random.PRNGKey(1)}))(params)
     lines = [r.getMessage() for r in caplog.records if "attention_dropout" in r.getMessage()]
     assert len(lines) == 1 and "attention_impl=splash" in lines[0], lines
     assert bool(jnp.isfinite(out).all())
@@ -275,8 +284,7 @@ def test_scanned_layers_pass_the_pattern_through():
     ids = jnp.asarray(np.random.default_rng(6).integers(5, 101, (B, T)), jnp.int32)
     cfgs = {impl: tiny_model_cfg(attention_impl=impl, scan_layers="true")
             for impl in ("reference", "splash")}
-    variables = encoder.Encoder(cfgs["reference"]).init(jax.random.PRNGKey(0), ids, None, pad,
-                                                        pos, docs)
+    variables = {"params": init_params(cfgs["reference"], ids, pad, pos, docs)}
     assert "layers" in variables["params"]  # really scanned
     ref, out = (jax.jit(encoder.Encoder(cfgs[impl]).apply)(variables, ids, None, pad, pos,
                                                            docs)[0]

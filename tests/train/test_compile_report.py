@@ -1,6 +1,7 @@
 """encoder.bench --mode=compile: the train step compiled from shapes alone reports memory
 that adds up and FLOPs that agree with the analytic count (encoder/train/flops.py)."""
 import jax
+import pytest
 
 from encoder.data import synthetic
 from encoder.train import compile_report
@@ -23,8 +24,15 @@ def _config(scan_layers: str, mesh=(1, 1)):
     return config
 
 
-def test_compile_report_memory_and_flops():
-    row = compile_report.compile_report(_config("false"), devices=jax.devices()[:1])
+@pytest.fixture(scope="module")
+def unrolled_row():
+    """The unrolled config's report on one device: both tests read the same row (one
+    compile of the step, not two)."""
+    return compile_report.compile_report(_config("false"), devices=jax.devices()[:1])
+
+
+def test_compile_report_memory_and_flops(unrolled_row):
+    row = unrolled_row
     n = row["parameters"]
     assert row["param_bytes"] == 4 * n  # float32, one device
     assert row["optimizer_bytes"] >= 2 * row["param_bytes"]  # Adam's two moments
@@ -37,11 +45,11 @@ def test_compile_report_memory_and_flops():
     assert row["attention_ran"] == "reference (attention dropout)", row["attention_ran"]
 
 
-def test_compile_report_counts_a_scanned_stack_whole_and_shards_memory():
+def test_compile_report_counts_a_scanned_stack_whole_and_shards_memory(unrolled_row):
     """XLA counts a scanned loop's body once; the 1-/2-layer probes restore the whole
     step's count, which equals the unrolled model's. On 8 devices (fsdp=4) each holds
     about a quarter of the parameters."""
-    unrolled = compile_report.compile_report(_config("false"), devices=jax.devices()[:1])
+    unrolled = unrolled_row
     scanned = compile_report.compile_report(_config("true", mesh=(2, 4)))
     assert scanned["scan_groups"] == 2 and scanned["devices"] == 8
     assert scanned["xla_flops"] < scanned["xla_flops_unrolled"]
