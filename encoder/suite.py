@@ -4,7 +4,7 @@
         [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
         [--probe | --probe_only] [--random_init] [--train_per_class=K] \\
         [--launcher=local|slurm|tpu_vm --slurm_partition=P ... --detach]
-    python -m encoder.suite --baseline=bow|majority [--tasks=DIR] --workdir=OUT \\
+    python -m encoder.suite --baseline=bow|majority|bm25 [--tasks=DIR] --workdir=OUT \\
         [--only=...] [--train_per_class=K] [--max_train=N] [--max_eval=N] [--seeds=N]
 
 Without --tasks it builds the embedded default suite from the standard
@@ -12,8 +12,8 @@ library's documentation (every task type). Writes OUT/suite.csv, suite.md,
 suite.png, suite.json and runs.csv; every fine-tuning run is a workdir under
 OUT/runs/<task>/<lr>/<seed>/, finished ones are skipped and interrupted ones
 resumed. The conventions are in encoder/studies/suite/presets.py. --baseline
-scores a method with no model (TF-IDF bag of words, or the majority class) on
-the same data into the same files (encoder/studies/suite/baseline.py).
+scores a method with no model (TF-IDF bag of words, the majority class, or BM25
+for the retrieval tasks) on the same data into the same files (encoder/studies/suite/baseline.py).
 """
 import os
 import shutil
@@ -27,7 +27,8 @@ from encoder.studies.launchers import flags as launcher_flags  # --launcher and 
 flags.DEFINE_string("init_from", None, "the model: a workdir of this codebase, a params "
                     "folder, or hf:DIR (or give --baseline)")
 flags.DEFINE_string("baseline", "", "score a method with no model instead: bow (TF-IDF) | "
-                    "majority (encoder/studies/suite/baseline.py); not with --init_from")
+                    "majority | bm25 (retrieval tasks only) (encoder/studies/suite/"
+                    "baseline.py); not with --init_from")
 flags.DEFINE_string("workdir", None, "the suite's output folder", required=True)
 flags.DEFINE_string("tasks", "", "a folder of task folders (GLUE's layout, JSONL with "
                     "task.json, STS, BEIR retrieval); empty: the embedded default suite")
@@ -91,7 +92,9 @@ def main(argv):
         train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
         finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train,
         probe_only=f.probe_only, launcher=f.launcher,
-        launcher_options=launcher_flags.options(f.parallel, job_name="suite"))
+        # a local suite takes --parallel itself; the options are a cluster launcher's
+        launcher_options=(launcher_flags.options(f.parallel, job_name="suite")
+                          if f.launcher != "local" else None))
     # The suite's folder: new, empty or an earlier suite's; one suite at a time on it (a
     # second refuses at start instead of colliding run by run).
     from encoder import errors

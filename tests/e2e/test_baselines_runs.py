@@ -55,6 +55,15 @@ def test_the_bow_row_scores_every_task_type(tmp_path):
     assert not maj["missing"] and maj["failed"] == 0
     assert "scores: no majority baseline for regression" in (
         tmp_path / "maj" / "suite.md").read_text()
+    # bm25: the retrieval task alone, ranked as the hand values say (q1's every word is in
+    # d2; q2's in no document, so the tie keeps corpus order and d3 comes third)
+    b = battery.run_suite(battery.SuiteOptions("", str(tmp_path / "bm25"), tasks=tasks,
+                                               baseline="bm25"))
+    assert [s["task"] for s in b["tasks"]] == ["search"] and b["failed"] == 0
+    assert b["tasks"][0]["metrics"] == pytest.approx({k: 100 * v for k, v in RETRIEVAL.items()})
+    text = (tmp_path / "bm25" / "suite.md").read_text()
+    assert "baseline:bm25" in text and "BM25 ranking" in text
+    assert "sts: no bm25 baseline for sts tasks" in text
 
 
 def test_few_shot_rows_use_the_model_runs_draws(tmp_path):
@@ -103,7 +112,7 @@ def test_a_baseline_refuses_a_model_and_keeps_a_models_report(tmp_path):
     with pytest.raises(ValueError, match="only apply to a model's suite: --epochs, --probe"):
         battery.run_suite(battery.SuiteOptions("", str(tmp_path / "a"), baseline="bow",
                                                probe=True, epochs=3))
-    with pytest.raises(ValueError, match="valid names: bow, majority"):
+    with pytest.raises(ValueError, match="valid names: bm25, bow, majority"):
         battery.run_suite(battery.SuiteOptions("", str(tmp_path / "a"), baseline="bag"))
     assert not (tmp_path / "a").exists()
     model = tmp_path / "model"
@@ -117,3 +126,16 @@ def test_a_baseline_refuses_a_model_and_keeps_a_models_report(tmp_path):
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "has no meaning beside it" in proc.stderr
     assert not (tmp_path / "cli").exists()
+
+
+def test_the_baseline_command_runs_from_the_command_line(tmp_path):
+    """`python -m encoder.suite --baseline=...` as the README types it (the CLI once passed
+    the local launcher's options, which a baseline refuses as a model's option)."""
+    tasks = every_type(tmp_path / "tasks")
+    proc = subprocess.run([sys.executable, "-m", "encoder.suite", "--baseline=bm25",
+                           f"--tasks={tasks}", f"--workdir={tmp_path / 'out'}"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = suite_csv(tmp_path / "out" / "suite.csv")
+    assert set(rows) - {"average", "embedding"} == {"search"}  # the one retrieval task
+    assert float(rows["search"]["median"]) == pytest.approx(100 * RETRIEVAL["ndcg_at_10"])

@@ -8,8 +8,10 @@ on the prepared training file of each seed (OUT/data/<task>/train.seed<k>.jsonl 
 task whose seeds all read one file is scored once, as seed 0, since the methods are
 deterministic), predicts the prepared dev (and MNLI's test) file and writes
 OUT/runs/<task>/<method>/<seed>/eval.json and predictions.jsonl in the fine-tuning job's
-form. Embedding tasks (bow only) write eval.json {"test": ...} from embedding.py's STS and
-retrieval scoring of TF-IDF vectors. report.run_metrics reads every run back (GLUE's F1
+form. Embedding tasks write eval.json {"test": ...}: bow from embedding.py's STS and
+retrieval scoring of TF-IDF vectors; bm25 (`--baseline=bm25`, retrieval tasks only: the
+row beside a retriever's) from encoder/retrieval/bm25.py's ranking, scored by the same
+metrics as a model's embeddings. report.run_metrics reads every run back (GLUE's F1
 from predictions.jsonl, percent), so metric names, medians, spreads and averages are the
 suite's own.
 
@@ -25,11 +27,13 @@ from encoder import registry
 from encoder.tasks import baselines, bow
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks.table import TASKS
+from encoder.eval import metrics
 from encoder.studies.suite import embedding, report
 
 # What each method does for the embedding tasks (the fine-tuned types say theirs).
 EMBEDDING_DESCRIPTIONS = {"bow": {"sts": "cosine of TF-IDF vectors",
-                                  "retrieval": "TF-IDF cosine ranking"}}
+                                  "retrieval": "TF-IDF cosine ranking"},
+                          "bm25": {"retrieval": "BM25 ranking (Lucene's, k1 1.5, b 0.75)"}}
 
 
 def descriptions(tasks: dict = TASKS) -> dict:
@@ -47,26 +51,49 @@ DESCRIPTIONS = descriptions()
 
 # What each method's statistics are fitted on, for the header (a method with none: absent).
 FITTED_ON = {"bow": "TF-IDF on each task's training file; embedding tasks: on the unlabelled "
-                    "texts scored (retrieval corpus, STS pairs)"}
+                    "texts scored (retrieval corpus, STS pairs)",
+             "bm25": "term statistics of each retrieval corpus (queries not included)"}
 
 
-def bow_embedding_scores(task, max_eval: int = 0) -> dict:
-    """Raw metrics of an STS or retrieval task on TF-IDF vectors (IDF: module docstring)."""
-    if task.kind == "sts":
-        examples = embedding.read_sts(task.files["test"], max_eval)
-        encode = bow.tfidf_encoder([ex["text_a"] for ex in examples] +
-                                         [ex["text_b"] for ex in examples])
-        return embedding.sts_scores(encode, examples)
+def bow_sts_scores(task, max_eval: int = 0) -> dict:
+    """Raw metrics of an STS task on TF-IDF vectors (IDF: module docstring)."""
+    examples = embedding.read_sts(task.files["test"], max_eval)
+    encode = bow.tfidf_encoder([ex["text_a"] for ex in examples] +
+                               [ex["text_b"] for ex in examples])
+    return embedding.sts_scores(encode, examples)
+
+
+def bow_retrieval_scores(task, max_eval: int = 0) -> dict:
     corpus, queries, qrels = embedding.read_retrieval(task.files, max_eval)
     encode = bow.tfidf_encoder(embedding.document_texts(corpus))
     return embedding.retrieval_scores(encode, corpus, queries, qrels)
 
 
-EMBEDDING = {"bow": bow_embedding_scores}
+def bm25_retrieval_scores(task, max_eval: int = 0) -> dict:
+    """Raw metrics of a retrieval task ranked by BM25 (ties: corpus order, as a model's)."""
+    from encoder.retrieval import bm25
+    corpus, queries, qrels = embedding.read_retrieval(task.files, max_eval)
+    _, rows = bm25.BM25(embedding.document_texts(corpus)).topk(
+        [q["text"] for q in queries], max(embedding.RECALL_AT))
+    ids = [d["_id"] for d in corpus]
+    rankings = {q["_id"]: [ids[j] for j in r] for q, r in zip(queries, rows)}
+    return metrics.retrieval_scores(rankings, qrels, embedding.RECALL_AT)
+
+
+# method -> embedding task kind -> (task, max_eval) -> raw metrics
+EMBEDDING = {"bow": {"sts": bow_sts_scores, "retrieval": bow_retrieval_scores},
+             "bm25": {"retrieval": bm25_retrieval_scores}}
 
 
 def check(method: str) -> None:
-    registry.lookup(baselines.METHODS, method, "baseline")
+    registry.lookup({**baselines.METHODS, **EMBEDDING}, method, "baseline")
+
+
+def _scores(method: str, task) -> bool:
+    """Whether the method has a rule for this task (its type's, or its embedding kind's)."""
+    if task.kind == "finetune":
+        return task.type in baselines.METHODS.get(method, {})
+    return task.kind in EMBEDDING.get(method, {})
 
 
 def run_dir(root: str, task: str, method: str, seed: int) -> str:
@@ -99,10 +126,9 @@ def score_finetune_task(task, predict, train_path: str, eval_paths: dict, out_di
 def _score_task(method: str, task, prepared: dict, seeds: list, max_eval: int, root: str,
                 rule: str) -> list:
     """The task's rows: one per distinct training file, or one for an embedding task."""
-    table = baselines.METHODS[method]
     if task.kind != "finetune":
         d = run_dir(root, task.name, method, 0)
-        write_run(d, {"test": EMBEDDING[method](task, max_eval)}, [])
+        write_run(d, {"test": EMBEDDING[method][task.kind](task, max_eval)}, [])
         return [report.row(task, None, 0, report.run_metrics(task, d, {}), rule, d)]
     p = prepared[task.name]
     gold = {"dev": p.dev, "test": p.test}
@@ -112,7 +138,7 @@ def _score_task(method: str, task, prepared: dict, seeds: list, max_eval: int, r
             continue
         done.add(p.train[seed])
         d = run_dir(root, task.name, method, seed)
-        score_finetune_task(task, table[task.type], p.train[seed], gold, d)
+        score_finetune_task(task, baselines.METHODS[method][task.type], p.train[seed], gold, d)
         rows.append(report.row(task, None, seed, report.run_metrics(task, d, gold), rule, d))
     return rows
 
@@ -125,8 +151,7 @@ def score_tasks(method: str, tasks: list, prepared: dict, seeds: list, max_eval:
     check(method)
     scored, rows, notes, failures = [], [], [], []
     for task in tasks:
-        if (task.type not in baselines.METHODS[method] if task.kind == "finetune"
-                else method not in EMBEDDING):
+        if not _scores(method, task):
             notes.append(f"{task.name}: no {method} baseline for {task.type} tasks; left out")
             continue
         scored.append(task)
