@@ -27,7 +27,10 @@ def _config(mesh, impl="splash"):
                              attention_impl=impl, dtype="bfloat16", dropout=0.0,
                              attention_dropout=0.0))
     config.data.seq_len = 128
-    config.train.batch_size = 8  # 2 rows per chip
+    # 4 rows per chip: FSDP's temp is within 10% of data-parallel's at 4 and 8 rows a chip
+    # (2.7%, 4.6%), not at 2 (11.6%: one unsharded gradient is a larger share of less;
+    # BUILD_NOTES, "FSDP: where the rest of the gap is")
+    config.train.batch_size = 16
     config.mesh.data, config.mesh.fsdp = mesh
     return config
 
@@ -70,7 +73,7 @@ def test_fsdp_gathers_parameters_and_saves_memory(rows):
     assert 0.5 * bf16_params <= scattered <= 1.5 * bf16_params, (scattered, bf16_params)
     assert fsdp["param_bytes"] < dp["param_bytes"] / 3  # 'embed' split 4 ways
     assert fsdp["peak_bytes"] < dp["peak_bytes"], (fsdp["peak_bytes"], dp["peak_bytes"])
-    assert fsdp["temp_bytes"] <= 1.15 * dp["temp_bytes"], (fsdp["temp_bytes"], dp["temp_bytes"])
+    assert fsdp["temp_bytes"] <= 1.10 * dp["temp_bytes"], (fsdp["temp_bytes"], dp["temp_bytes"])
 
 
 def test_the_fine_tuning_step_compiles_for_the_tpu_too():
