@@ -16,9 +16,16 @@ from encoder.objectives import objectives
 
 class ShapeOnlyTokenizer:
     """The special ids an objective needs, without a sentencepiece model (benchmarks,
-    compiles from shapes): [PAD]=0 .. [MASK]=4 as our tokenizers number them."""
+    compiles from shapes): [PAD]=0 .. [MASK]=4 as our tokenizers number them. Its word
+    table says every piece starts a word: the values span and whole-word masking read
+    do not change the compiled program, only which tokens a real run masks."""
     special_ids, mask_id = (0, 1, 2, 3, 4), 4
-    word_start_table = staticmethod(lambda: None)
+
+    def __init__(self, vocab_size: int):
+        self.vocab_size = int(vocab_size)
+
+    def word_start_table(self) -> np.ndarray:
+        return np.ones((self.vocab_size,), bool)
 
 
 def most_frequent_token(token_counts: np.ndarray, special_ids) -> int:
@@ -53,7 +60,8 @@ class PretrainingStep:
 
 def build(config, tokenizer=None, most_frequent_id: int = 5) -> PretrainingStep:
     """The step pieces for config; tokenizer None means shape-only (ShapeOnlyTokenizer)."""
-    ctx = objectives.make_context(config, tokenizer or ShapeOnlyTokenizer(), most_frequent_id)
+    tokenizer = tokenizer or ShapeOnlyTokenizer(config.model.vocab_size)
+    ctx = objectives.make_context(config, tokenizer, most_frequent_id)
     objective = objectives.OBJECTIVES[config.objective]
 
     def loss_fn(params, batch, rng):

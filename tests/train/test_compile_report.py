@@ -72,3 +72,13 @@ def test_bench_batches_pack_documents_like_pretraining():
     assert batch["positions"][0, 0] == 0 and all(batch["positions"][0, starts] == 0)
     config.data.document_mask = False
     assert "document_ids" not in synthetic.random_batch(config)
+
+
+def test_word_masking_recipes_compile_from_shapes():
+    """Span (and whole-word) masking read the tokenizer's word table; a compile from shapes
+    (no tokenizer: ALBERT's recipe on a TPU topology, say) gets a table of the model's
+    vocabulary instead of refusing."""
+    config = _config("false")
+    config.masking.mode = "span"
+    row = compile_report.compile_report(config, devices=jax.devices()[:1])
+    assert row["fits"] is not False and row["temp_bytes"] > 0 and row["xla_flops"] > 0
