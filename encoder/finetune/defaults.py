@@ -49,6 +49,10 @@ def resolve(config, hidden_size: int, num_layers: int) -> list[str]:
                          f"{hidden_size}-wide model, mode={config.finetune.mode})")
         else:
             lines.append(f"{name}={section[name]:g} (given)")
+    steps = int(config.train.get("num_steps", 0) or 0)
+    if steps > 0:  # a step count wins over epochs: say so rather than print an unused default
+        lines = [f"num_steps={steps} (given; num_epochs unused)" if line.startswith(
+            "num_epochs=") else line for line in lines]
     for line in lines:
         logging.info("fine-tuning: %s", line)
     print("fine-tuning hyperparameters: " + "; ".join(lines), flush=True)

@@ -4,7 +4,8 @@ Examples: {"text_a", "text_b"} positive pairs, optionally with "negatives": [tex
 (what `python -m encoder.retrieval.mine` writes). The loss is the in-batch softmax of
 each query over every positive and every negative of the global batch
 (encoder/retrieval/losses.py: every device's passages, duplicates masked), with
-options read from the config's `contrastive` block (experiments/retriever.py):
+options read from the config's `contrastive` block (encoder/finetune/config.py; run as
+`experiments/finetune.py:task=contrastive`):
 
   temperature 0.05 | learn_temperature   fixed 1/0.05 = 20 (Sentence-BERT's MNRL scale),
                                          or a learned log scale (CLIP's, clamped at 100)

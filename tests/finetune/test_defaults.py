@@ -28,6 +28,14 @@ def test_given_values_win_and_are_reported_as_given():
     assert "learning_rate=0.0003 (given)" in lines and "dropout=0.2 (given)" in lines
 
 
+def test_a_given_step_count_is_reported_instead_of_the_unused_epochs():
+    cfg = finetune_config.finetune_config()
+    cfg.train.num_steps = 32
+    lines = finetune_defaults.resolve(cfg, 128, 2)
+    assert "num_steps=32 (given; num_epochs unused)" in lines
+    assert not any(line.startswith("num_epochs=") for line in lines)
+
+
 def test_probes_and_adapters_get_a_larger_step():
     assert finetune_defaults.defaults_for(768, "frozen")["learning_rate"] == 1e-3
     assert finetune_defaults.defaults_for(768, "lora")["learning_rate"] == 5e-4
