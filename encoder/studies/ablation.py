@@ -110,14 +110,32 @@ def variant_name(variant: dict) -> str:
     return ",".join(f"{k.split('.')[-1]}={v}" for k, v in variant.items()) or "base"
 
 
+def phase_budget(config) -> dict:
+    """What a run in phases (or its one implicit phase) will spend: steps, analytic FLOPs
+    and tokens, in total and per phase (a batch-warmup phase's FLOPs at its full batch)."""
+    from encoder.train import phases as phases_lib
+    plan_ = phases_lib.plan(config)
+    out = {"steps": plan_.total_steps, "flops": 0.0, "tokens": plan_.tokens_after(
+        plan_.total_steps), "phases": {}}
+    for ph in plan_.phases:
+        f = flops.config_train_flops_per_step(ph.config) * ph.steps
+        out["flops"] += f
+        out["phases"][ph.name] = {"steps": ph.steps, "flops": f,
+                                  "tokens": ph.tokens_after(ph.end) - ph.tokens_before}
+    return out
+
+
 def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict]:
-    """One entry per run: name, seed, resolved config."""
+    """One entry per run: name, seed, resolved config, and its planned budget."""
     from encoder.jobs import pretrain
     runs, budget = [], None
     for variant in variants:
         config = apply_variant(base, variant)
         fps = flops.config_train_flops_per_step(config)
         if equal_flops:
+            if config.get("phases"):
+                raise ValueError("--equal_flops scales train.num_steps; a recipe in phases "
+                                 "has a budget per phase: sweep the phases' budgets instead")
             budget = budget or config.train.num_steps * fps
             config.train.num_steps = max(1, int(round(budget / fps)))
         for seed in range(seeds):
@@ -125,7 +143,7 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
             c.seed = seed
             pretrain.validate(c)
             runs.append({"variant": variant_name(variant), "seed": seed, "config": c,
-                         "flops_per_step": fps,
+                         "flops_per_step": fps, "budget": phase_budget(c),
                          "dir": f"{variant_name(variant).replace('/', '_')}__seed{seed}"})
     return runs
 
@@ -192,13 +210,24 @@ def read_run(run: dict, root: str) -> dict:
     rows = metrics_io.read_metrics(d)
     train = [r for r in rows if "train/loss" in r]
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
-    steps = run["config"].train.num_steps
+    budget = run.get("budget") or phase_budget(run["config"])
     tps = [r["train/tokens_per_s"] for r in train[1:]] or [r["train/tokens_per_s"] for r in train]
-    out = {"variant": run["variant"], "seed": run["seed"], "steps": steps,
+    out = {"variant": run["variant"], "seed": run["seed"], "steps": budget["steps"],
            "final_train_loss": train[-1]["train/loss"] if train else float("nan"),
            "tokens_per_s": float(np.mean(tps)) if tps else float("nan"),
-           "flops": run["flops_per_step"] * steps,
+           "flops": budget["flops"],
            "curve": [(r["step"], r["train/loss"]) for r in train]}
+    # tokens as the run counted them (each row's cumulative `tokens`), in total and per phase
+    counted = [r for r in train if "tokens" in r]
+    if counted:
+        out["tokens"] = counted[-1]["tokens"]
+        if len(budget["phases"]) > 1:
+            before = 0
+            for name in budget["phases"]:
+                mine = [r["tokens"] for r in counted if r.get("phase") == name]
+                if mine:
+                    out[f"tokens/{name}"] = mine[-1] - before
+                    before = mine[-1]
     if evals:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
     ft = os.path.join(d, "finetune", "eval.json")
@@ -228,6 +257,8 @@ def primary_metric(rows: list[dict]) -> str:
 def aggregate(rows: list[dict]) -> tuple[list[dict], list[str]]:
     keys = ["final_train_loss"] + sorted({k for r in rows for k in r if k.startswith(
         ("eval/", "finetune/", "suite/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
+    keys += [k for k in dict.fromkeys(k for r in rows for k in r)
+             if k == "tokens" or k.startswith("tokens/")]
     table = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
         group = [r for r in rows if r["variant"] == variant]
@@ -266,7 +297,8 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
-        "tokens_per_s", "flops", "parameters"]
+        "tokens_per_s", "flops", "parameters"] + [k for k in keys if k == "tokens"
+                                                  or k.startswith("tokens/")]
     lines = [f"Primary metric: `{metric}`; `gap (z)` is the gap to the best variant in "
              "standard errors of the difference (z < 2: within the seed spread).", ""]
     lines += report.markdown_table(
@@ -285,7 +317,7 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
 def cell(entry: dict, key: str) -> str:
     if key not in entry:
         return ""
-    if key in ("flops", "parameters"):
+    if key in ("flops", "parameters") or key == "tokens" or key.startswith("tokens/"):
         return f"{entry[key]:.3g}"
     if key == "tokens_per_s":
         return f"{entry[key]:,.0f}"

@@ -36,3 +36,34 @@ def test_sweep_values_are_checked_against_the_fields_type():
             jobconfig.set_field(config, field, value)
     jobconfig.set_field(config, "train.num_steps", 7.0)  # an integral float is the int
     assert config.train.num_steps == 7
+
+
+def test_a_run_in_phases_is_accounted_per_phase(tmp_path):
+    """A WSD recipe's planned budget (steps, tokens, FLOPs per phase), and the tokens its
+    metrics rows counted, per phase, in the study's row; --equal_flops refuses phases."""
+    import json
+
+    from experiments import wsd
+    from encoder.train import flops
+    config = wsd.get_config("stable=6,decay=4")
+    tokens_per_step = config.train.batch_size * config.data.seq_len
+    budget = ablation.phase_budget(config)
+    assert budget["steps"] == 10 and budget["tokens"] == 10 * tokens_per_step
+    assert {k: v["tokens"] for k, v in budget["phases"].items()} == {
+        "stable": 6 * tokens_per_step, "decay": 4 * tokens_per_step}
+    assert budget["flops"] == pytest.approx(10 * flops.config_train_flops_per_step(config))
+    # the run's own rows: cumulative tokens, each row naming its phase
+    d = tmp_path / "runs" / "r"
+    d.mkdir(parents=True)
+    rows = [{"step": s, "train/loss": 1.0, "train/tokens_per_s": 1.0, "phase": p,
+             "tokens": s * tokens_per_step} for s, p in ((3, "stable"), (6, "stable"),
+                                                         (8, "decay"), (10, "decay"))]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "config.json").write_text(config.to_json())
+    out = ablation.read_run({"variant": "v", "seed": 0, "config": config, "dir": "r",
+                             "budget": budget}, str(tmp_path))
+    assert out["tokens"] == 10 * tokens_per_step and out["steps"] == 10
+    assert (out["tokens/stable"], out["tokens/decay"]) == (6 * tokens_per_step,
+                                                           4 * tokens_per_step)
+    with pytest.raises(ValueError, match="budget per phase"):
+        ablation.plan(config, [{}], 1, equal_flops=True)
