@@ -7,6 +7,8 @@
          --finetune_set=train.learning_rate=1e-3]
         [--suite=TASKS_DIR|embedded --suite_arg=--preset=runlocal ...]
         [--launcher=local|slurm|tpu_vm --slurm_partition=P --slurm_time=4:00:00 ... --detach]
+    python -m encoder.ablate --config=experiments/pretrain.py --wsd_budgets=150,300,450 \
+        [--wsd_decay_fraction=0.2 --wsd_shape=linear] [--sweep=...] --workdir=DIR
 
 Each sweep is `field=v1,v2,...`, the field an experiment option (objective,
 position, ...) or a dotted config path (model.position, train.learning_rate).
@@ -21,7 +23,10 @@ checkpoint, a run whose configuration changed is moved aside and rerun.
 --launcher=slurm sends the runs as one job array (--parallel caps how many run
 at once; encoder/studies/launchers/slurm.py); the results are the same files. --equal_flops gives
 every variant the first variant's compute budget (steps = budget / FLOPs per
-step), as the ELECTRA paper compares MLM and RTD.
+step), as the ELECTRA paper compares MLM and RTD. --wsd_budgets makes it a WSD study: per
+variant and seed one stable run, and per budget a decay started from its checkpoint
+(`wsd_runs`), so K budgets cost one stable run plus K short decays, not K whole runs; the
+decays are the variants compared. Rows of runs in phases carry their tokens per phase.
 
 Outputs: DIR/runs.csv (one row per run), DIR/results.csv and DIR/results.md
 (one row per variant: mean ± std over seeds, and the gap to the best variant
@@ -60,6 +65,12 @@ flags.DEFINE_string("suite", "", "run encoder.suite on each run: a tasks folder,
                     "'embedded' for the default suite built from the standard library")
 flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suite, e.g. "
                           "--suite_arg=--preset=runlocal (repeatable)")
+flags.DEFINE_list("wsd_budgets", [], "a WSD study (steps, e.g. 150,300,450): per variant and "
+                  "seed one stable run, then for each budget B a decay of "
+                  "--wsd_decay_fraction x B steps from its checkpoint at the rest of B")
+flags.DEFINE_float("wsd_decay_fraction", 0.2, "a WSD study: the decay's share of each budget")
+flags.DEFINE_string("wsd_shape", "linear", "a WSD study: the decay's shape (linear | cosine | "
+                    "1-sqrt)")
 flags.DEFINE_string("workdir", None, "the study's folder", required=True)
 FLAGS = flags.FLAGS
 
@@ -120,7 +131,7 @@ def phase_budget(config) -> dict:
     for ph in plan_.phases:
         f = flops.config_train_flops_per_step(ph.config) * ph.steps
         out["flops"] += f
-        out["phases"][ph.name] = {"steps": ph.steps, "flops": f,
+        out["phases"][ph.name] = {"steps": ph.steps, "flops": f, "start": ph.tokens_before,
                                   "tokens": ph.tokens_after(ph.end) - ph.tokens_before}
     return out
 
@@ -146,6 +157,45 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
                          "flops_per_step": fps, "budget": phase_budget(c),
                          "dir": f"{variant_name(variant).replace('/', '_')}__seed{seed}"})
     return runs
+
+
+def wsd_runs(planned: list[dict], root: str, budgets, fraction: float = 0.2,
+             shape: str = "linear") -> tuple[list[dict], list[dict]]:
+    """(stable runs, decay runs) of a WSD study (Hägele et al. 2024): per planned run one
+    stable run to the largest decay start, checkpointed at every start; per budget B a run
+    whose phases are stable to S = B - round(fraction B) then a decay of B - S steps, started
+    from the stable run's step S with its optimizer state and data position (init_state=full:
+    equal to the same decay inside one run, tests/e2e/test_phases_runs.py)."""
+    from encoder.jobs import pretrain
+    from encoder.train import phases as phases_lib
+    budgets = sorted({int(b) for b in budgets})
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"--wsd_decay_fraction must be in (0, 1), got {fraction}")
+    starts = {b: b - max(1, round(fraction * b)) for b in budgets}
+    if not budgets or min(starts.values()) < 1:
+        raise ValueError(f"--wsd_budgets must be steps of at least 2, got {budgets}")
+    every, last = math.gcd(*starts.values()), max(starts.values())
+    stables, decays = [], []
+    for r in planned:
+        if r["config"].get("phases"):
+            raise ValueError("--wsd_budgets writes the phases itself: the base recipe must "
+                             "have none (experiments/pretrain.py, not experiments/wsd.py)")
+        c = r["config"].copy_and_resolve_references()
+        c.phases = phases_lib.wsd_phases(last, 0, shape)
+        c.train.checkpoint_every, c.train.keep_checkpoints = every, last // every + 1
+        pretrain.validate(c)
+        stable = {**r, "variant": f"{r['variant']} (stable)", "config": c,
+                  "budget": phase_budget(c), "dir": f"{r['dir']}__stable"}
+        stables.append(stable)
+        for b in budgets:
+            d = r["config"].copy_and_resolve_references()
+            d.phases = phases_lib.wsd_phases(starts[b], b - starts[b], shape)
+            d.init_from, d.init_step, d.init_state = run_dir(stable, root), starts[b], "full"
+            pretrain.validate(d)
+            name = (f"{r['variant']},budget={b}" if r["variant"] != "base" else f"budget={b}")
+            decays.append({**r, "variant": name, "config": d, "budget": phase_budget(d),
+                           "dir": f"{name.replace('/', '_')}__seed{r['seed']}"})
+    return stables, decays
 
 
 def run_dir(run: dict, root: str) -> str:
@@ -221,13 +271,11 @@ def read_run(run: dict, root: str) -> dict:
     counted = [r for r in train if "tokens" in r]
     if counted:
         out["tokens"] = counted[-1]["tokens"]
-        if len(budget["phases"]) > 1:
-            before = 0
-            for name in budget["phases"]:
+        if len(budget["phases"]) > 1:  # a phase's tokens: its last row's count less its start
+            for name, ph in budget["phases"].items():
                 mine = [r["tokens"] for r in counted if r.get("phase") == name]
                 if mine:
-                    out[f"tokens/{name}"] = mine[-1] - before
-                    before = mine[-1]
+                    out[f"tokens/{name}"] = mine[-1] - ph["start"]
     if evals:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
     ft = os.path.join(d, "finetune", "eval.json")
@@ -352,10 +400,20 @@ def main(argv):
             raise app.UsageError(f"--finetune_data={FLAGS.finetune_data} has no {name}")
     sweeps = [parse_sweep(s) for s in FLAGS.sweep]
     planned = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
+    stables = []
+    if FLAGS.wsd_budgets:  # the stable runs first; the runs compared are their decays
+        try:
+            stables, planned = wsd_runs(planned, root, FLAGS.wsd_budgets,
+                                        FLAGS.wsd_decay_fraction, FLAGS.wsd_shape)
+        except ValueError as e:
+            raise app.UsageError(str(e)) from None
     errors.mark_output(root, "ablate")
-    print(f"{len(planned)} runs: " + ", ".join(r["dir"] for r in planned), flush=True)
+    print(f"{len(stables) + len(planned)} runs: " + ", ".join(
+        r["dir"] for r in stables + planned), flush=True)
     launcher = launcher_flags.make(FLAGS.parallel, job_name="ablate")
     try:
+        if stables and not execute(pretraining_runs(stables, root), launcher):
+            return
         if not execute(pretraining_runs(planned, root), launcher):
             return  # detached or a dry run: the same command later waits and reports
         if FLAGS.finetune and not execute(finetuning_runs(

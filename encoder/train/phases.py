@@ -136,6 +136,21 @@ class Plan:
         return out
 
 
+def wsd_phases(stable: int, decay: int, shape: str = "linear", stable_extra: dict | None = None,
+               decay_extra: dict | None = None) -> tuple:
+    """Warmup-stable-decay as phases: `stable` steps at the constant peak (after the
+    recipe's warmup), then (decay > 0) `decay` steps down along `shape`. One stable run's
+    checkpoint at step S starts the decay of every budget S + D (experiments/wsd.py,
+    encoder.ablate --wsd_budgets). *_extra: more of a phase's fields (its masking, say)."""
+    out = (dict(name="stable", steps=int(stable), train=dict(schedule="constant"),
+                **(stable_extra or {})),)
+    if decay:
+        out += (dict(name="decay", steps=int(decay), train=dict(
+            schedule="wsd", warmup_steps=0, decay_fraction=1.0, decay_shape=shape),
+            **(decay_extra or {})),)
+    return out
+
+
 def declared(config) -> list[dict]:
     """The phases as plain dicts (a config read back from JSON holds lists of dicts)."""
     out = []

@@ -65,5 +65,40 @@ def test_a_run_in_phases_is_accounted_per_phase(tmp_path):
     assert out["tokens"] == 10 * tokens_per_step and out["steps"] == 10
     assert (out["tokens/stable"], out["tokens/decay"]) == (6 * tokens_per_step,
                                                            4 * tokens_per_step)
+    # a decay started from another run's step 6 has rows of its own phase only
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[2:]))
+    late = ablation.read_run({"variant": "v", "seed": 0, "config": config, "dir": "r",
+                              "budget": budget}, str(tmp_path))
+    assert late["tokens/decay"] == 4 * tokens_per_step and "tokens/stable" not in late
     with pytest.raises(ValueError, match="budget per phase"):
         ablation.plan(config, [{}], 1, equal_flops=True)
+
+
+def test_a_wsd_study_plans_one_stable_run_and_a_decay_per_budget(tmp_path):
+    """--wsd_budgets=150,300,450: per seed one stable run to step 360, checkpointed at
+    every decay start (120, 240, 360), and per budget a run of stable S + decay D that
+    starts from the stable run's step S with its optimizer state; each decay accounted as
+    a budget of B steps, only its D steps trained."""
+    from experiments import pretrain as pretrain_exp
+    base = pretrain_exp.get_config("steps=100")
+    planned = ablation.plan(base, [{}], 2, equal_flops=False)
+    stables, decays = ablation.wsd_runs(planned, str(tmp_path), ["300", "150", "450"])
+    assert [s["dir"] for s in stables] == ["base__seed0__stable", "base__seed1__stable"]
+    s0 = stables[0]["config"]
+    assert [(p["name"], p["steps"]) for p in s0.phases] == [("stable", 360)]
+    assert s0.train.checkpoint_every == 120 and s0.train.keep_checkpoints >= 4
+    assert [d["variant"] for d in decays] == ["budget=150", "budget=300", "budget=450"] * 2
+    for d, (start, length) in zip(decays[:3], [(120, 30), (240, 60), (360, 90)]):
+        c = d["config"]
+        assert [(p["name"], p["steps"]) for p in c.phases] == [("stable", start),
+                                                               ("decay", length)]
+        assert (c.init_step, c.init_state) == (start, "full")
+        assert c.init_from == str(tmp_path / "runs" / "base__seed0__stable")
+        assert d["budget"]["steps"] == start + length
+    assert decays[3]["config"].seed == 1 and decays[3]["dir"] == "budget=150__seed1"
+    with pytest.raises(ValueError, match="at least 2"):
+        ablation.wsd_runs(planned, str(tmp_path), ["1"])
+    phased = ablation.plan(base, [{}], 1, False)
+    phased[0]["config"].phases = ({"name": "a", "steps": 5},)
+    with pytest.raises(ValueError, match="must have none"):
+        ablation.wsd_runs(phased, str(tmp_path), ["10"])
