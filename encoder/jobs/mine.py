@@ -46,9 +46,12 @@ def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size
     n = mesh.devices.size
     batch_size = -(-batch_size // n) * n
     shard = lambda b: partitioning.shard_batch(b, mesh)  # noqa: E731
+    # the parameters on the batch's mesh (replicated): a jit refuses operands committed to
+    # different device sets (one device's params with an 8-device batch)
+    params = jax.device_put(src.params, partitioning.replicated(mesh))
 
     def encode(texts):
-        return embeddings.embed_texts(src.model_cfg, src.params, src.tokenizer, list(texts),
+        return embeddings.embed_texts(src.model_cfg, params, src.tokenizer, list(texts),
                                       pooling, max_len, batch_size, shard)
     return encode, pooling
 
