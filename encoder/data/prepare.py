@@ -2,6 +2,10 @@
 
     python -m encoder.data.prepare --input=FILES --out=DIR [--tokenizer=PATH | --vocab_size=N]
         [--num_workers=N] [--machine_index=I --num_machines=M] [--engine=local|beam]
+        [--records=pairs --query_prefix=... --passage_prefix=...]
+
+--records=pairs prepares JSONL retrieval pairs for the contrastive task instead of text
+(encoder/data/pairs.py: the record, and the rows read back).
 
 FILES are what `data.train_files` takes (comma-separated files, folders,
 globs; `stdlib` for the embedded corpus). The job is cut into units of about
@@ -33,7 +37,7 @@ from typing import Iterator
 import numpy as np
 
 from encoder import errors
-from encoder.data import corpus, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, pairs, shards, tokenizer as tokenizer_lib
 
 STDLIB = "stdlib"           # --input naming the embedded corpus
 TOKENIZE_CHUNK = 256        # documents per encode_batch call
@@ -58,6 +62,22 @@ class Settings:
     max_line_chars: int = 100_000
     valid_fraction: float = 0.05
     shard_mb: float = 16.0
+    records: str = "text"       # "pairs": retrieval pairs (encoder/data/pairs.py), a line each
+    query_prefix: str = ""      # pairs: put before each query / passage when tokenized
+    passage_prefix: str = ""
+
+
+PAIR_FIELDS = ("records", "query_prefix", "passage_prefix")
+
+
+def settings_dict(s: Settings) -> dict:
+    """The settings a plan and manifest record; a text corpus's without the pair fields, so
+    a text corpus prepared before pair corpora existed keeps its plan."""
+    d = dataclasses.asdict(s)
+    if s.records == "text":
+        for k in PAIR_FIELDS:
+            d.pop(k)
+    return d
 
 
 # ---------------------------------------------------------------- planning
@@ -156,7 +176,7 @@ def read_unit(unit, s: Settings, stats: corpus.CorpusStats) -> Iterator[str]:
 
 
 def plan_fingerprint(spec: str, units, s: Settings, tok_fingerprint: str) -> str:
-    h = hashlib.sha256(json.dumps([dataclasses.asdict(s), tok_fingerprint]).encode())
+    h = hashlib.sha256(json.dumps([settings_dict(s), tok_fingerprint]).encode())
     for unit in units:
         for p in unit:
             st = (os.stat(p.path).st_mtime_ns, os.path.getsize(p.path)) if p.path != STDLIB \
@@ -284,15 +304,28 @@ def process_unit(job: tuple) -> dict:
         part[split] = dict(tmp=tmp, writer=array_record_module.ArrayRecordWriter(
             tmp, WRITER_OPTIONS), offsets=[0], tokens=0)
 
-    def flush(docs):
+    extra: dict = {}  # pairs: bad_records and the named skips, max_negatives
+
+    def records(docs):
+        """(document, record, its token ids) of each document worth a record."""
         nonlocal empty
-        train_ids = []
+        if s.records == "pairs":
+            return [(doc, rec, [t for x in ids for t in x]) for doc, rec, ids in
+                    pairs.pair_records(docs, tok, s.query_prefix, s.passage_prefix, dtype,
+                                       extra, where=lambda i: f"{docs[i][:60]!r}")]
+        out = []
         for doc, ids in zip(docs, tok.encode_batch(docs, num_threads=1)):
-            if not ids:
+            if ids:
+                out.append((doc, shards.encode_record(ids, dtype), ids))
+            else:
                 empty += 1
-                continue
+        return out
+
+    def flush(docs):
+        train_ids = []
+        for doc, record, ids in records(docs):
             p = part["valid" if corpus.is_validation(doc, s.valid_fraction) else "train"]
-            p["writer"].write(shards.encode_record(ids, dtype))
+            p["writer"].write(record)
             p["offsets"].append(p["offsets"][-1] + len(ids) + 1)
             p["tokens"] += len(ids)
             if p is part["train"]:
@@ -306,8 +339,13 @@ def process_unit(job: tuple) -> dict:
             flush(buffer)
             buffer = []
     flush(buffer)
+    for what in extra.pop("skipped", []):
+        stats.skip(f"a line that is no pair: {what}")
     result = {"unit": unit_id, "bytes_in": unit_bytes(unit), "shards": {},
               "stats": {**dataclasses.asdict(stats), "files": 0, "empty_documents": empty}}
+    if s.records == "pairs":
+        result["stats"]["bad_records"] = extra.get("bad_records", 0)
+        result["max_negatives"] = extra.get("max_negatives", 0)
     for split, p in part.items():
         p["writer"].close()
         name = f"shards/{split}-{unit_id:05d}"
@@ -394,6 +432,13 @@ def check_settings(s: Settings, vocab_size: int | None = None, machine_index: in
     if vocab_size is not None and vocab_size <= len(tokenizer_lib.SPECIAL_TOKENS):
         raise errors.UsageError(f"--vocab_size={vocab_size}: expected more than the "
                                 f"{len(tokenizer_lib.SPECIAL_TOKENS)} special tokens")
+    if s.records not in pairs.RECORDS:
+        raise errors.UsageError(f"--records={s.records!r}: expected one of {pairs.RECORDS}")
+    if s.records != "pairs" and (s.query_prefix or s.passage_prefix):
+        raise errors.UsageError("--query_prefix and --passage_prefix are for --records=pairs")
+    if s.records == "pairs" and not s.one_doc_per_line:
+        raise errors.UsageError("--records=pairs reads one JSON object a line "
+                                "(one_doc_per_line=True)")
     if num_machines < 1 or not 0 <= machine_index < num_machines:
         raise errors.UsageError(f"--machine_index={machine_index} --num_machines={num_machines}"
                                 f": expected num_machines >= 1 and 0 <= machine_index < "
@@ -435,7 +480,7 @@ def _request(spec: str, s: Settings, tokenizer: str, tok_fp: str | None, vocab_s
     tok = ({"given": tok_fp} if tokenizer else
            {"trained": {"vocab_size": vocab_size, "type": tokenizer_type,
                         "sample_chars": sample_chars}})
-    return {"input": spec, **{f"settings.{k}": v for k, v in dataclasses.asdict(s).items()},
+    return {"input": spec, **{f"settings.{k}": v for k, v in settings_dict(s).items()},
             "tokenizer": tok}
 
 
@@ -508,7 +553,7 @@ def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int 
             f", now {fp}): it was replaced by hand; delete {out} and prepare again")
     if old is None:
         _atomic_json(plan_file, {"fingerprint": fp, "input": spec, "units": len(units),
-                                 "settings": dataclasses.asdict(s), "request": request,
+                                 "settings": settings_dict(s), "request": request,
                                  "files": files, "command": command})
     return Job(spec, out, units, s, tok_path, plan_stats, fp)
 
@@ -583,10 +628,14 @@ def finalize(job: Job, command: str = "") -> dict | None:
                       "fingerprint": tok.fingerprint(), "vocab_size": tok.vocab_size,
                       "source": job.tokenizer_path},
         "token_dtype": shards.token_dtype(tok.vocab_size),
-        "input": job.spec, "settings": dataclasses.asdict(job.settings),
+        "input": job.spec, "settings": settings_dict(job.settings),
         "plan": job.fingerprint, "units": len(job.units), "splits": splits, "stats": stats,
         "token_counts": "token_counts.npy", "command": command,
     }
+    if job.settings.records == "pairs":  # what encoder/data/pairs.PairRows reads back
+        manifest.update(records="pairs", query_prefix=job.settings.query_prefix,
+                        passage_prefix=job.settings.passage_prefix,
+                        max_negatives=max(m.get("max_negatives", 0) for m in markers))
     _atomic_json(os.path.join(job.out, shards.MANIFEST), manifest)
     return manifest
 
@@ -621,8 +670,9 @@ def prepare(spec: str, out: str, s: Settings = Settings(), tokenizer: str = "",
 def summary(manifest: dict) -> str:
     sp = manifest["splits"]
     st = manifest["stats"]
+    what = "pairs" if manifest.get("records") == "pairs" else "documents"
     return (f"prepared {sp['train']['documents']:,} train / {sp['valid']['documents']:,} valid "
-            f"documents, {sp['train']['tokens']:,} / {sp['valid']['tokens']:,} tokens in "
+            f"{what}, {sp['train']['tokens']:,} / {sp['valid']['tokens']:,} tokens in "
             f"{len(sp['train']['shards'])} + {len(sp['valid']['shards'])} shards; "
             + corpus.summarize(st))
 
@@ -652,14 +702,24 @@ def main(argv):
     FLAGS = flags.FLAGS
     if len(argv) > 1:
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
-    s = Settings(FLAGS.one_doc_per_line, FLAGS.max_line_chars, FLAGS.valid_fraction,
-                 FLAGS.shard_mb)
+    is_pairs = FLAGS.records == "pairs"
+    # pair lines are one a line; their held-out share is 0 unless asked (a dev file is apart)
+    s = Settings(FLAGS.one_doc_per_line or is_pairs, FLAGS.max_line_chars,
+                 FLAGS.valid_fraction if FLAGS["valid_fraction"].present or not is_pairs
+                 else 0.0, FLAGS.shard_mb, FLAGS.records, FLAGS.query_prefix,
+                 FLAGS.passage_prefix)
     if FLAGS.verify:
         checked = shards.PreparedCorpus(FLAGS.out).verify_all()
         print(f"{FLAGS.out}: verified " + "; ".join(checked))
         return
     if not FLAGS.input:
         raise errors.UsageError("--input is required (files, folders, globs, or 'stdlib')")
+    if FLAGS.records == "pairs" and not FLAGS.tokenizer:
+        raise errors.UsageError("--records=pairs needs --tokenizer=PATH: the model's own "
+                                "tokenizer (a pair corpus trains a model that has one)")
+    if FLAGS.records == "pairs" and FLAGS.input == STDLIB:
+        raise errors.UsageError("--records=pairs reads JSONL pair files, not 'stdlib' (make "
+                                "pairs with python -m encoder.data.stdlib_tasks)")
     if FLAGS.tokenizer and FLAGS["vocab_size"].present:
         raise errors.UsageError("give --tokenizer or --vocab_size, not both")
     if FLAGS.valid_fraction >= 1.0:
@@ -690,7 +750,13 @@ def main(argv):
               "--num_machines=1 to write it)")
         return
     print(summary(manifest))
-    print(f"train with: --config.data.train_files={FLAGS.out}")
+    if FLAGS.records == "pairs":
+        print(f"train with: experiments/finetune.py:task=contrastive --config.data.train_file="
+              f"{FLAGS.out}" + "".join(f" --config.contrastive.{k}={v!r}" for k, v in
+                                       (("query_prefix", s.query_prefix),
+                                        ("passage_prefix", s.passage_prefix)) if v))
+    else:
+        print(f"train with: --config.data.train_files={FLAGS.out}")
 
 
 def define_flags():
@@ -711,6 +777,10 @@ def define_flags():
     flags.DEFINE_bool("tokenizer_only", False, "train/install the tokenizer into --out and stop")
     flags.DEFINE_enum("engine", "local", ["local", "beam"], "local processes or Apache Beam")
     flags.DEFINE_string("beam_options", "", "Beam pipeline options, e.g. '--runner=FlinkRunner'")
+    flags.DEFINE_enum("records", "text", list(pairs.RECORDS), "text: documents to pretrain "
+                      "on; pairs: JSONL retrieval pairs for the contrastive task")
+    flags.DEFINE_string("query_prefix", "", "pairs: text put before each query")
+    flags.DEFINE_string("passage_prefix", "", "pairs: text put before each passage")
     flags.DEFINE_bool("verify", False, "check every shard of --out against the manifest, stop")
 
 

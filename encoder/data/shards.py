@@ -134,6 +134,20 @@ class PreparedCorpus:
                        for s in SPLITS}
 
     @property
+    def records(self) -> str:
+        """What a record holds: "text" (a document's tokens) or "pairs" (encoder/data/pairs.py)."""
+        return self.manifest.get("records", "text")
+
+    def require_records(self, kind: str, reader: str) -> None:
+        """Refuses a corpus of another record kind, naming what reads it."""
+        if self.records != kind:
+            users = {"text": "pretraining (data.train_files)",
+                     "pairs": "the contrastive task (data.train_file)"}
+            raise CorpusError(f"{self.folder} is a prepared corpus of {self.records} records, "
+                              f"which {users.get(self.records, 'no job')} reads; {reader} "
+                              f"reads {kind} records")
+
+    @property
     def tokenizer_path(self) -> str:
         return os.path.join(self.folder, self.manifest["tokenizer"]["path"])
 
@@ -232,37 +246,13 @@ class PreparedCorpus:
                 "split totals", "token_counts"]
 
 
-class PackedRows:
-    """Random access to the FULL-SENTENCES rows of one split (a grain data source)."""
-
-    def __init__(self, corpus: PreparedCorpus, split: str, seq_len: int, cls_id: int,
-                 sep_id: int, pad_id: int, restart_positions: bool = False,
-                 verify_checksums: bool = True):
-        if seq_len < 2:
-            raise ValueError(f"seq_len must be >= 2, got {seq_len}")
-        self.corpus, self.split = corpus, split
-        self.shards = corpus.shards[split]
-        self.seq_len, self.body = seq_len, seq_len - 1
-        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
-        self.restart_positions = restart_positions
-        self.verify_checksums = verify_checksums
-        self.starts = np.concatenate([[0], np.cumsum([s.stream_tokens for s in self.shards])])
-        self.total = int(self.starts[-1])
-        self.n = -(-self.total // self.body)
-        self._readers: dict = {}
-        self._offsets: dict = {}
-
-    def __len__(self) -> int:
-        return self.n
+class ShardReader:
+    """Random access to the records of one split's shards: each shard opened on first use,
+    its checksum checked then; a damaged shard is named in one CorpusError. Users set
+    self.corpus and self.shards and init self._readers = {}."""
 
     def __getstate__(self):  # readers are reopened in another process
         return {**self.__dict__, "_readers": {}, "_offsets": {}}
-
-    def _shard_offsets(self, s: int) -> np.ndarray:
-        if s not in self._offsets:
-            path = os.path.join(self.corpus.folder, self.shards[s].index)
-            self._offsets[s] = np.load(path, mmap_mode="r")
-        return self._offsets[s]
 
     def _reader(self, s: int):
         if s not in self._readers:
@@ -282,17 +272,51 @@ class PackedRows:
                                   f"({str(e).splitlines()[0]})") from None
         return self._readers[s]
 
-    def _documents(self, s: int, ids: list[int]) -> list[np.ndarray]:
-        """Documents ids of shard s, in one read call (a row spans a few documents)."""
+    def _records(self, s: int, ids: list[int]) -> list[bytes]:
+        """Records ids of shard s, in one read call."""
         try:
-            records = self._reader(s).read(ids)
+            return self._reader(s).read(ids)
         except CorpusError:
             raise
         except Exception as e:
             path = os.path.join(self.corpus.folder, self.shards[s].file)
             raise CorpusError(f"{path}: records {ids} cannot be read "
                               f"({str(e).splitlines()[0]}); the shard is corrupted") from None
-        return [decode_record(r, self.corpus.dtype) for r in records]
+
+
+class PackedRows(ShardReader):
+    """Random access to the FULL-SENTENCES rows of one split (a grain data source)."""
+
+    def __init__(self, corpus: PreparedCorpus, split: str, seq_len: int, cls_id: int,
+                 sep_id: int, pad_id: int, restart_positions: bool = False,
+                 verify_checksums: bool = True):
+        if seq_len < 2:
+            raise ValueError(f"seq_len must be >= 2, got {seq_len}")
+        corpus.require_records("text", "pretraining")
+        self.corpus, self.split = corpus, split
+        self.shards = corpus.shards[split]
+        self.seq_len, self.body = seq_len, seq_len - 1
+        self.cls_id, self.sep_id, self.pad_id = cls_id, sep_id, pad_id
+        self.restart_positions = restart_positions
+        self.verify_checksums = verify_checksums
+        self.starts = np.concatenate([[0], np.cumsum([s.stream_tokens for s in self.shards])])
+        self.total = int(self.starts[-1])
+        self.n = -(-self.total // self.body)
+        self._readers: dict = {}
+        self._offsets: dict = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _shard_offsets(self, s: int) -> np.ndarray:
+        if s not in self._offsets:
+            path = os.path.join(self.corpus.folder, self.shards[s].index)
+            self._offsets[s] = np.load(path, mmap_mode="r")
+        return self._offsets[s]
+
+    def _documents(self, s: int, ids: list[int]) -> list[np.ndarray]:
+        """Documents ids of shard s, in one read call (a row spans a few documents)."""
+        return [decode_record(r, self.corpus.dtype) for r in self._records(s, ids)]
 
     def _spans(self, lo: int, hi: int) -> list[tuple[int, int, int, int]]:
         """(shard, document, stream start, stream end) of every document meeting [lo, hi)."""

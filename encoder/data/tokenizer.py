@@ -73,8 +73,11 @@ class Tokenizer(abc.ABC):
 
         Returns int32 arrays input_ids, segment_ids, attention_mask of length max_len.
         """
-        a = self.encode(text)
-        b = self.encode(pair) if pair is not None else None
+        return self.example_from_ids(self.encode(text),
+                                     self.encode(pair) if pair is not None else None, max_len)
+
+    def example_from_ids(self, a: list, b: list | None = None, max_len: int = 128) -> dict:
+        """encode_example's arrays from token ids already encoded (a prepared corpus's)."""
         a, b = truncate_longest_first(a, b, max_len - (3 if b is not None else 2))
         ids = [self.cls_id] + a + [self.sep_id]
         seg = [0] * len(ids)

@@ -106,7 +106,8 @@ class FineTuning:
     task: Task
     model_cfg: Any
     model: Any
-    splits: dict              # train / dev / test -> Split
+    splits: dict              # train (a file's) / dev / test -> Split
+    train_source: Any         # the training rows: pipeline.Rows, or a prepared corpus's
     trainer: trainer_lib.Trainer
     train_cfg: Any            # the optimizer's view (num_steps, warmup)
     steps_per_epoch: int
@@ -160,18 +161,24 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     # checkpoint does not bind the next one.
     saved = _read_labels(workdir) if store.has_checkpoint(workdir) else None
     task = TASKS[config.task](config, src.tokenizer, labels=saved)
-    train_ex = task.read(config.data.train_file, "train")
-    task.fit_labels(train_ex, start_labels(src, config))
-    if saved is None:
-        _say_labels(task.labels, src)
-    splits = {"train": Split(train_ex, *task.featurize(train_ex))}
+    train_source = task.training_source(config.data.train_file)
+    splits = {}
+    if train_source is None:  # a file: read, checked and featurized in memory
+        train_ex = task.read(config.data.train_file, "train")
+        task.fit_labels(train_ex, start_labels(src, config))
+        if saved is None:
+            _say_labels(task.labels, src)
+        splits["train"] = Split(train_ex, *task.featurize(train_ex))
+        rows = dict(splits["train"].arrays)
+        rows["weight"] = np.ones(splits["train"].rows, np.float32)  # every row is real
+        train_source = pipeline.Rows(rows)
     for name in ("dev", "test"):
         path = config.data[f"{name}_file"]
         if path:
             ex = task.read(path, name)
             splits[name] = Split(ex, *task.featurize(ex))
     bs = config.train.batch_size
-    n_train = splits["train"].rows
+    n_train = len(train_source)
     if n_train < bs:
         raise TaskDataError(f"{config.data.train_file}: {n_train} training rows, fewer than one "
                             f"batch of {bs}: lower --config.train.batch_size")
@@ -201,8 +208,8 @@ def build(config, workdir: str, devices=None) -> FineTuning:
         return loss, {"loss": loss}
 
     trainer = trainer_lib.Trainer(mesh, tx, init_params, loss_fn, seed=config.seed)
-    return FineTuning(config, workdir, src, task, model_cfg, model, splits, trainer, train_cfg,
-                      steps_per_epoch, total)
+    return FineTuning(config, workdir, src, task, model_cfg, model, splits, train_source,
+                      trainer, train_cfg, steps_per_epoch, total)
 
 
 def head_rows(src: sources.Pretrained, task: str, labels: LabelSet | None) -> str:
@@ -356,9 +363,7 @@ def _finetune(config, workdir: str, devices=None) -> dict:
         eval_every=run.steps_per_epoch,
         learning_rate=optimizer_lib.learning_rate_schedule(run.train_cfg),
         progress=cfg.train.progress, seed=cfg.seed)
-    train_rows = dict(run.splits["train"].arrays)
-    train_rows["weight"] = np.ones(run.splits["train"].rows, np.float32)  # every row is real
-    it = pipeline.batch_iterator(pipeline.Rows(train_rows), cfg.train.batch_size,
+    it = pipeline.batch_iterator(run.train_source, cfg.train.batch_size,
                                  seed=cfg.seed, process_index=jax.process_index(),
                                  process_count=jax.process_count())
     if data_state is not None:

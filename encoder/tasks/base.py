@@ -99,6 +99,12 @@ class Task:
     def check(self, examples: list[dict], split: str) -> None:
         """Type checks beyond the reader's field checks (subclasses extend)."""
 
+    def training_source(self, path: str):
+        """The training rows of a prepared corpus at `path` as a random-access source
+        (len, read_batch -> featurize's arrays and "weight"), for the types that train on
+        one; None: `path` is a file, read and featurized in memory."""
+        return None
+
     def fit_labels(self, train_examples: list[dict], start: LabelSet | None = None) -> None:
         """Fixes label names from the training file (label-free tasks keep None).
 

@@ -1,7 +1,9 @@
 """Sentence embeddings from positive pairs (and mined hard negatives): a retriever.
 
 Examples: {"text_a", "text_b"} positive pairs, optionally with "negatives": [texts]
-(what `python -m encoder.retrieval.mine` writes). The loss is the in-batch softmax of
+(what `python -m encoder.retrieval.mine` writes), from a JSONL file or, at any size, from
+a prepared pair corpus (`python -m encoder.data.prepare --records=pairs`, encoder/data/
+pairs.py) given as data.train_file. The loss is the in-batch softmax of
 each query over every positive and every negative of the global batch
 (encoder/retrieval/losses.py: every device's passages, duplicates masked), with
 options read from the config's `contrastive` block (encoder/finetune/config.py; run as
@@ -25,11 +27,13 @@ the split's distinct text_b: recall@1, MRR@10 and nDCG@10 (and nDCG@10 at each
 Matryoshka dim). Exported as the bare encoder (its embeddings are the model).
 """
 import dataclasses
+import os
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder.data import pairs, shards
 from encoder.retrieval import colbert as colbert_lib, losses, model as retrieval_model
 from encoder.tasks import files
 from encoder.tasks.base import Task, TaskDataError
@@ -114,6 +118,22 @@ class Contrastive(Task):
             for key in ("text_a", "text_b"):
                 if not isinstance(ex[key], str):
                     raise TaskDataError(f"{ex['_where']}: {key!r} must be a string")
+
+    def training_source(self, path):
+        """A prepared pair corpus (a folder: encoder/data/pairs.py) as training rows, read
+        by random access at any size; the prefixes it was tokenized with must be the run's."""
+        if not os.path.isdir(path):
+            return None
+        corpus = shards.PreparedCorpus(path)  # an unfinished prepare is named here
+        o, m = self.options, corpus.manifest
+        baked = (m.get("query_prefix", ""), m.get("passage_prefix", ""))
+        if corpus.records == "pairs" and baked != (o.query_prefix, o.passage_prefix):
+            raise TaskDataError(
+                f"{path} was prepared with query_prefix={baked[0]!r} passage_prefix="
+                f"{baked[1]!r}, but this run asks for {o.query_prefix!r} and "
+                f"{o.passage_prefix!r}: give the corpus's prefixes, or prepare it again")
+        return pairs.PairRows(corpus, self.tokenizer, self.config.data.max_seq_len,
+                              o.num_negatives)
 
     # ------------------------------------------------------------- features
     def featurize(self, examples):
