@@ -50,9 +50,9 @@ QUERIES = [{"_id": "q1", "text": "parse json text"},  # d2 shares every word: fi
            {"_id": "q2", "text": "zebra"}]            # no word in the corpus: d3 comes last
 QRELS = "query-id\tcorpus-id\tscore\nq1\td2\t1\nq2\td3\t1\n"
 # q1: rank 1; q2: rank 3 of 3 (ties kept in corpus order) -> nDCG@10 (1 + 1/log2(4)) / 2,
-# MRR@10 (1 + 1/3) / 2, recall@1 1/2, recall@10 1.
+# MRR@10 (1 + 1/3) / 2, recall@1 1/2, recall@10 1, MAP (1 + 1/3) / 2 (one relevant each).
 RETRIEVAL = {"ndcg_at_10": 0.75, "mrr_at_10": 2 / 3, "recall_at_1": 0.5, "recall_at_10": 1.0,
-             "recall_at_100": 1.0}
+             "recall_at_100": 1.0, "map": 2 / 3}
 
 
 def _pair_regression():

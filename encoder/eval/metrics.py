@@ -138,54 +138,6 @@ def cosine_spearman(a, b, gold) -> float:
     return spearman(np.asarray(gold, float), cos)
 
 
-def ndcg_at_k(ranked: list, relevance: dict, k: int = 10) -> float:
-    """nDCG@k of one query as trec_eval computes it (MTEB's main retrieval score).
-
-    ranked: document ids, best first; relevance: id -> graded judgement (> 0 is
-    relevant). Gains are the grades themselves, discounted by log2(rank + 1);
-    the ideal ranking orders every judged document by grade.
-    """
-    gains = [float(relevance.get(d, 0)) for d in ranked[:k]]
-    dcg = sum(g / np.log2(i + 2) for i, g in enumerate(gains))
-    ideal = sorted((float(g) for g in relevance.values() if g > 0), reverse=True)[:k]
-    idcg = sum(g / np.log2(i + 2) for i, g in enumerate(ideal))
-    return dcg / idcg if idcg > 0 else 0.0
-
-
-def mrr_at_k(ranked: list, relevance: dict, k: int = 10) -> float:
-    """1 / rank of the first relevant document within the top k (0 if none)."""
-    for i, d in enumerate(ranked[:k]):
-        if relevance.get(d, 0) > 0:
-            return 1.0 / (i + 1)
-    return 0.0
-
-
-def recall_at_k(ranked: list, relevance: dict, k: int) -> float:
-    """Share of the query's relevant documents found in the top k."""
-    relevant = {d for d, g in relevance.items() if g > 0}
-    if not relevant:
-        return 0.0
-    return len(relevant & set(ranked[:k])) / len(relevant)
-
-
-def retrieval_scores(rankings: dict, qrels: dict, ks=(1, 10, 100)) -> dict:
-    """Means over judged queries (those with a relevant document) of nDCG@10, MRR@10, recall@k.
-
-    rankings: query id -> ranked document ids; qrels: query id -> {doc id: grade}.
-    """
-    queries = [q for q in qrels if any(g > 0 for g in qrels[q].values())]
-    if not queries:
-        raise ValueError("no query has a relevant document in the relevance judgements")
-    out = {"ndcg_at_10": float(np.mean([ndcg_at_k(rankings.get(q, []), qrels[q], 10)
-                                        for q in queries])),
-           "mrr_at_10": float(np.mean([mrr_at_k(rankings.get(q, []), qrels[q], 10)
-                                       for q in queries]))}
-    for k in ks:
-        out[f"recall_at_{k}"] = float(np.mean([recall_at_k(rankings.get(q, []), qrels[q], k)
-                                               for q in queries]))
-    return out
-
-
 def glue_score(task_metrics: dict) -> float:
     """GLUE's average: each task's metrics averaged first, then the tasks (macro).
 

@@ -160,6 +160,12 @@ def run_from_topk(query_ids: list, doc_ids: list, scores, rows) -> dict:
             for q, srow, irow in zip(query_ids, scores, rows)}
 
 
+def run_from_rankings(rankings: dict) -> dict:
+    """A run from ranked id lists (best first): scores that keep each list's order, so
+    trec_eval's sort gives the list back (ties cannot arise)."""
+    return {q: {d: float(-i) for i, d in enumerate(docs)} for q, docs in rankings.items()}
+
+
 def _unit(x):
     x = np.asarray(x, np.float32)
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)

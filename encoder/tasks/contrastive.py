@@ -26,7 +26,6 @@ hold: fixed scale 20, dense head, no negatives. Scored by retrieving each text_b
 the split's distinct text_b: recall@1, MRR@10 and nDCG@10 (and nDCG@10 at each
 Matryoshka dim). Exported as the bare encoder (its embeddings are the model).
 """
-import dataclasses
 import os
 
 import jax
@@ -35,56 +34,9 @@ import numpy as np
 
 from encoder.data import pairs, shards
 from encoder.retrieval import colbert as colbert_lib, losses, model as retrieval_model
+from encoder.retrieval.options import SCALE, Options, options  # noqa: F401 (SCALE: tests)
 from encoder.tasks import files
 from encoder.tasks.base import Task, TaskDataError
-
-SCALE = 20.0  # inverse temperature on cosine similarities (Sentence-BERT's MNRL)
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    temperature: float = 1.0 / SCALE
-    learn_temperature: bool = False
-    symmetric: bool = False
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    matryoshka_dims: tuple = ()
-    cache_chunk: int = 0
-    num_negatives: int = 0
-    head: str = "dense"
-    colbert_dim: int = 0
-    mask_duplicates: bool = True
-
-
-HEADS = ("dense", "colbert")
-
-
-def options(config) -> Options:
-    """The task's options from config.contrastive (absent: the defaults), checked."""
-    block = getattr(config, "contrastive", None) if config is not None else None
-    if block is None:
-        return Options()
-    raw = dict(block.items()) if hasattr(block, "items") else dict(vars(block))
-    dims = raw.get("matryoshka_dims", ())
-    if isinstance(dims, str):
-        dims = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
-    raw["matryoshka_dims"] = tuple(int(d) for d in dims)
-    known = {f.name for f in dataclasses.fields(Options)}
-    unknown = sorted(set(raw) - known)
-    if unknown:
-        raise ValueError(f"contrastive: unknown fields {unknown}; valid: {sorted(known)}")
-    opts = Options(**raw)
-    if opts.head not in HEADS:
-        raise ValueError(f"contrastive.head must be one of {HEADS}, got {opts.head!r}")
-    if opts.head == "colbert" and opts.colbert_dim <= 0:
-        raise ValueError("contrastive.head=colbert needs contrastive.colbert_dim > 0")
-    if opts.temperature <= 0:
-        raise ValueError(f"contrastive.temperature must be positive, got {opts.temperature}")
-    for name in ("cache_chunk", "num_negatives"):
-        if getattr(opts, name) < 0:
-            raise ValueError(f"contrastive.{name} must be >= 0, got {getattr(opts, name)}")
-    return opts
-
 
 def featurize_pairs(examples, tokenizer, max_len: int) -> dict:
     """Two single-text encodings per example: a_* and b_* arrays."""

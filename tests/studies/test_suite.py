@@ -7,6 +7,8 @@ import os
 import numpy as np
 import pytest
 
+from encoder.retrieval import beir
+
 from encoder.data import stdlib_tasks
 from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
@@ -85,23 +87,27 @@ def test_metrics_match_hand_computed_values():
     a, b = [[1, 0], [2, 0], [1, 0]], [[3, 0], [1, 1], [0, 5]]
     assert metrics.cosine_spearman(a, b, [5, 3, 1]) == pytest.approx(1.0)
     assert metrics.cosine_spearman(a, b, [0, 1, 2]) == pytest.approx(-1.0)
-    # nDCG@10, graded: DCG = 0 + 1/log2(3) + 2/log2(4); IDCG = 2 + 1/log2(3)
+    # nDCG@10, graded: DCG = 0 + 1/log2(3) + 2/log2(4); IDCG = 2 + 1/log2(3) (beir.py's
+    # trec_eval measures, which the suite scores retrieval with, on ranked id lists)
+    def one(ranked, rel, ks=(10,)):
+        return beir.query_measures(beir.run_from_rankings({"q": ranked})["q"], rel, ks)
     rel = {"d2": 1, "d3": 2}
     dcg, idcg = 1 / math.log2(3) + 1.0, 2.0 + 1 / math.log2(3)
-    assert metrics.ndcg_at_k(["d1", "d2", "d3"], rel) == pytest.approx(dcg / idcg)
-    assert metrics.ndcg_at_k(["d3", "d2"], rel) == pytest.approx(1.0)
-    assert metrics.ndcg_at_k([f"x{i}" for i in range(10)] + ["d3"], rel) == 0.0  # past k
-    assert metrics.mrr_at_k(["d1", "d2", "d3"], rel) == 0.5
-    assert metrics.mrr_at_k([f"x{i}" for i in range(10)] + ["d2"], rel) == 0.0
+    assert one(["d1", "d2", "d3"], rel)["ndcg_at_10"] == pytest.approx(dcg / idcg)
+    assert one(["d3", "d2"], rel)["ndcg_at_10"] == pytest.approx(1.0)
+    assert one([f"x{i}" for i in range(10)] + ["d3"], rel)["ndcg_at_10"] == 0.0  # past k
+    assert one(["d1", "d2", "d3"], rel)["mrr_at_10"] == 0.5
+    assert one([f"x{i}" for i in range(10)] + ["d2"], rel)["mrr_at_10"] == 0.0
     three = {"d2": 1, "d3": 1, "d9": 1}
-    assert metrics.recall_at_k(["d1", "d2", "d3"], three, 2) == pytest.approx(1 / 3)
-    assert metrics.recall_at_k(["d1", "d2", "d3"], three, 3) == pytest.approx(2 / 3)
-    scores = metrics.retrieval_scores({"q1": ["d1", "d2"], "q2": ["d5", "d4"], "q3": ["d1"]},
-                                      {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d1": 0}},
-                                      ks=(1, 2))
+    assert one(["d1", "d2", "d3"], three, (2, 3))["recall_at_2"] == pytest.approx(1 / 3)
+    assert one(["d1", "d2", "d3"], three, (2, 3))["recall_at_3"] == pytest.approx(2 / 3)
+    scores = beir.evaluate_run(beir.run_from_rankings(
+        {"q1": ["d1", "d2"], "q2": ["d5", "d4"], "q3": ["d1"]}),
+        {"q1": {"d1": 1}, "q2": {"d4": 1}, "q3": {"d1": 0}}, ks=(1, 2))
     assert scores["mrr_at_10"] == pytest.approx((1 + 0.5) / 2)  # q3 has nothing relevant
     assert scores["recall_at_1"] == pytest.approx(0.5) and scores["recall_at_2"] == 1.0
     assert scores["ndcg_at_10"] == pytest.approx((1 + 1 / math.log2(3)) / 2)
+    assert scores["map"] == pytest.approx((1 + 0.5) / 2)
     # GLUE: each task's metrics averaged first: (50 + 85 + 87 + 83) / 4
     assert metrics.glue_score({"CoLA": {"mcc": 50}, "MRPC": {"f1": 90, "accuracy": 80},
                                "STS-B": {"pearson": 88, "spearman": 86},

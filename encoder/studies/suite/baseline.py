@@ -27,7 +27,6 @@ from encoder import registry
 from encoder.tasks import baselines, bow
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks.table import TASKS
-from encoder.eval import metrics
 from encoder.studies.suite import embedding, report
 
 # What each method does for the embedding tasks (the fine-tuned types say theirs).
@@ -77,7 +76,7 @@ def bm25_retrieval_scores(task, max_eval: int = 0) -> dict:
         [q["text"] for q in queries], max(embedding.RECALL_AT))
     ids = [d["_id"] for d in corpus]
     rankings = {q["_id"]: [ids[j] for j in r] for q, r in zip(queries, rows)}
-    return metrics.retrieval_scores(rankings, qrels, embedding.RECALL_AT)
+    return embedding.ranking_scores(rankings, qrels)
 
 
 # method -> embedding task kind -> (task, max_eval) -> raw metrics

@@ -35,7 +35,7 @@ from encoder.studies.suite import glue
 # Embedding tasks: the first metric is MTEB's main score (the task's score).
 EMBEDDING_KEYS = {"sts": ("cosine_spearman",),
                   "retrieval": ("ndcg_at_10", "mrr_at_10", "recall_at_1", "recall_at_10",
-                                "recall_at_100")}
+                                "recall_at_100", "map")}
 
 
 @dataclasses.dataclass(frozen=True)

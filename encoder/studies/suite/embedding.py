@@ -6,7 +6,10 @@ Retrieval (BEIR's layout: corpus.jsonl {_id, title, text}, queries.jsonl
 {_id, text}, qrels/test.tsv query-id, corpus-id, score): documents are
 embedded as "title text" (as MTEB's sentence-transformers path joins them),
 ranked by cosine similarity to each query, and scored with nDCG@10 (MTEB's
-main retrieval score), MRR@10 and recall@{1, 10, 100} (encoder/eval/metrics.py).
+main retrieval score), MRR@10, recall@{1, 10, 100} and MAP, trec_eval's measures
+(encoder/retrieval/beir.py). A model is read as a retriever (encoder/retrieval/
+retriever.py): a contrastive run's prefixes, nDCG@10 at each of its Matryoshka dims
+(ndcg_at_10_dim{d}), MaxSim for a ColBERT head.
 
 Vectors come from encoder/eval/embeddings.py's embed_texts (the `embed` job's
 pooling and L2 normalisation), so a contrastively fine-tuned workdir or an
@@ -114,19 +117,32 @@ def document_texts(corpus: list[dict]) -> list[str]:
     return [(d.get("title", "") + " " + d["text"]).strip() for d in corpus]
 
 
+def ranking_scores(rankings: dict, qrels: dict) -> dict:
+    """beir.py's trec_eval measures of ranked id lists (query id -> ids, best first)."""
+    from encoder.retrieval import beir
+    return beir.evaluate_run(beir.run_from_rankings(rankings), qrels, RECALL_AT)
+
+
 def retrieval_scores(encode, corpus, queries, qrels) -> dict:
+    """A method with one vector space for queries and documents (the bag-of-words
+    baseline's sparse TF-IDF rows included), ranked by cosine (ties: corpus order)."""
     docs = encode(document_texts(corpus))
     q = encode([x["text"] for x in queries])
     ranked = rank(q, docs, [d["_id"] for d in corpus], max(RECALL_AT))
-    rankings = {x["_id"]: r for x, r in zip(queries, ranked)}
-    return metrics.retrieval_scores(rankings, qrels, RECALL_AT)
+    return ranking_scores({x["_id"]: r for x, r in zip(queries, ranked)}, qrels)
 
 
-def evaluate(task, encode, max_eval: int = 0) -> dict:
-    """{metric: value} of one embedding task (catalog.SuiteTask of kind sts or retrieval)."""
+def evaluate(task, encode, max_eval: int = 0, retriever=None) -> dict:
+    """{metric: value} of one embedding task (catalog.SuiteTask of kind sts or retrieval).
+    retriever: a model's encoder/retrieval/retriever.py view (its prefixes, Matryoshka
+    dims, ColBERT head) for a retrieval task; else `encode` serves both sides."""
     if task.kind == "sts":
         return sts_scores(encode, read_sts(task.files["test"], max_eval))
     if task.kind == "retrieval":
+        if retriever is not None:
+            from encoder.retrieval import retriever as retriever_lib
+            return retriever_lib.evaluate(retriever, *read_retrieval(task.files, max_eval),
+                                          ks=RECALL_AT)
         return retrieval_scores(encode, *read_retrieval(task.files, max_eval))
     raise ValueError(f"{task.name}: not an embedding task ({task.kind})")
 

@@ -8,6 +8,11 @@ from encoder.studies.suite import catalog, embedding, presets, report
 from encoder.studies.suite.options import SuiteOptions
 
 
+# A cached retrieval score computed before the retriever view (prefixes, dims, ColBERT,
+# trec_eval's measures and MAP) is recomputed, not read back.
+SCORING = "retriever-v1"
+
+
 def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str) -> list:
     """Rows of the embedding tasks: one per seed with --random_init, else one."""
     from encoder.jobs import probe
@@ -18,14 +23,20 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
         for seed in seeds:
             key = {"init_from": opts.init_from, "random_init": opts.random_init, "seed": seed,
                    "pooling": opts.embedding_pooling, "max_len": max_len,
-                   "max_eval": preset["max_eval"], "files": task.files}
+                   "max_eval": preset["max_eval"], "files": task.files,
+                   "scoring": SCORING if task.kind == "retrieval" else None}
 
             def compute(task=task, seed=seed, max_len=max_len):
                 params = probe.random_params(src.model_cfg, seed) if opts.random_init \
                     else src.params
                 encode = embedding.encoder_fn(src.model_cfg, params, src.tokenizer,
                                               opts.embedding_pooling, max_len)
-                return embedding.evaluate(task, encode, preset["max_eval"])
+                view = None
+                if task.kind == "retrieval":  # the model as it was trained to retrieve
+                    from encoder.retrieval import retriever
+                    view = retriever.of_source(src, opts.embedding_pooling, max_len,
+                                               params=params)
+                return embedding.evaluate(task, encode, preset["max_eval"], view)
             raw = embedding.cached(os.path.join(root, "embeddings", task.name, f"{seed}.json"),
                                    key, compute)
             rows.append(report.row(task, None, seed,

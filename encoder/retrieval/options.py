@@ -1,0 +1,59 @@
+"""The contrastive task's options (config.contrastive), read where a retriever is trained
+(encoder/tasks/contrastive.py) and where a trained one is used (retriever.py: the suite,
+mining, benchmarks): prefixes, Matryoshka dims and the head travel with the run."""
+import dataclasses
+
+SCALE = 20.0  # inverse temperature on cosine similarities (Sentence-BERT's MNRL)
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    temperature: float = 1.0 / SCALE
+    learn_temperature: bool = False
+    symmetric: bool = False
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    matryoshka_dims: tuple = ()
+    cache_chunk: int = 0
+    num_negatives: int = 0
+    head: str = "dense"
+    colbert_dim: int = 0
+    mask_duplicates: bool = True
+
+
+HEADS = ("dense", "colbert")
+
+
+def options(config) -> Options:
+    """The task's options from config.contrastive (absent: the defaults), checked."""
+    block = getattr(config, "contrastive", None) if config is not None else None
+    if block is None:
+        return Options()
+    raw = dict(block.items()) if hasattr(block, "items") else dict(vars(block))
+    dims = raw.get("matryoshka_dims", ())
+    if isinstance(dims, str):
+        dims = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
+    raw["matryoshka_dims"] = tuple(int(d) for d in dims)
+    known = {f.name for f in dataclasses.fields(Options)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"contrastive: unknown fields {unknown}; valid: {sorted(known)}")
+    opts = Options(**raw)
+    if opts.head not in HEADS:
+        raise ValueError(f"contrastive.head must be one of {HEADS}, got {opts.head!r}")
+    if opts.head == "colbert" and opts.colbert_dim <= 0:
+        raise ValueError("contrastive.head=colbert needs contrastive.colbert_dim > 0")
+    if opts.temperature <= 0:
+        raise ValueError(f"contrastive.temperature must be positive, got {opts.temperature}")
+    for name in ("cache_chunk", "num_negatives"):
+        if getattr(opts, name) < 0:
+            raise ValueError(f"contrastive.{name} must be >= 0, got {getattr(opts, name)}")
+    return opts
+
+
+def of_run(run_config) -> Options:
+    """A source run's options (its config's contrastive block; none: the defaults)."""
+    block = None
+    if run_config is not None and "contrastive" in run_config:
+        block = run_config["contrastive"]
+    return options(type("Run", (), {"contrastive": block})())

@@ -1,0 +1,103 @@
+"""A trained model used as a retriever, the way it was trained.
+
+A source (encoder/checkpoints/sources.py's Pretrained: a contrastive workdir, any other
+workdir, an imported `hf:DIR`) carries its run's contrastive options (options.of_run):
+queries and documents get the run's prefixes, the pooled vectors are scored at the full
+width and at each Matryoshka dimension (re-normalised prefixes), and a ColBERT head's
+token vectors are scored by MaxSim (colbert.py's index and exact search). Scores are
+beir.py's trec_eval measures. The suite's retrieval tasks, `benchmarks/beir_eval.py` and
+the mining command read a model through `of_source`.
+
+Metric keys: ndcg_at_10, mrr_at_10, recall_at_{1,10,100}, map (the model's own scoring:
+MaxSim for ColBERT, else the full width), and ndcg_at_10_dim{d} at each smaller
+Matryoshka dimension.
+"""
+import dataclasses
+from typing import Callable
+
+import jax
+
+from encoder.eval import embeddings, inference
+from encoder.model import models
+from encoder.retrieval import beir, colbert, model as retrieval_model, options as options_lib
+
+RECALL_AT = (1, 10, 100)
+
+
+@dataclasses.dataclass
+class Retriever:
+    """texts -> vectors for each side, and what the model is scored at."""
+    encode_queries: Callable      # texts -> [N, D] unit vectors
+    encode_docs: Callable
+    dims: tuple = ()              # Matryoshka dimensions (besides the full width)
+    tokens: Callable | None = None  # ColBERT: texts -> ([N, T, K] unit vectors, [N, T] mask)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    pooling: str = "mean"
+
+
+def of_source(src, pooling: str = "", max_len: int = 128, batch_size: int = 64,
+              shard=None, params=None) -> Retriever:
+    """The source as a retriever: its run's pooling (unless given), prefixes, dims, head.
+    params: the parameters to use (default src.params; e.g. on a device mesh)."""
+    run = src.run_config
+    o = options_lib.of_run(run)
+    pooling = pooling or (run.get("pooling", "mean") if run is not None else "mean")
+    params = src.params if params is None else params
+    cfg, tok = src.model_cfg, src.tokenizer
+
+    def dense(prefix):
+        def encode(texts):
+            return embeddings.embed_texts(cfg, params, tok, [prefix + t for t in texts],
+                                          pooling, max_len, batch_size, shard)
+        return encode
+
+    tokens_fn = None
+    if o.head == "colbert":
+        if "colbert" not in params:
+            raise ValueError("the parameters scored hold no 'colbert' projection, but the "
+                             "run's head is ColBERT (a random-init control of a ColBERT run "
+                             "is not built)")
+        module = retrieval_model.Retriever(models.freeze(cfg), 0, pooling,
+                                           colbert_dim=o.colbert_dim)
+        variables = {k: params[k] for k in ("encoder", "head", "colbert") if k in params}
+        fn = jax.jit(lambda v, b: module.apply({"params": v}, b["input_ids"], b["segment_ids"],
+                                               b["attention_mask"])[0]["tokens"])
+
+        def _tokens(texts, prefix=""):
+            arrays = inference.encode_texts(tok, [prefix + t for t in texts], max_len)
+            return inference.predict(fn, variables, arrays, batch_size, shard), \
+                arrays["attention_mask"]
+        tokens_fn = _tokens
+    return Retriever(dense(o.query_prefix), dense(o.passage_prefix), o.matryoshka_dims,
+                     tokens_fn, o.query_prefix, o.passage_prefix, pooling)
+
+
+def colbert_run(r: Retriever, corpus, queries, k: int = 100) -> dict:
+    """A run by exact MaxSim over the whole corpus (colbert.py's index)."""
+    dv, dm = r.tokens([beir.document_text(x) for x in corpus], r.passage_prefix)
+    index = colbert.build_index([x["_id"] for x in corpus], list(dv), list(dm))
+    qv, qm = r.tokens([x["text"] for x in queries], r.query_prefix)
+    ids, scores = colbert.search(index, qv, qm, k)
+    return {q["_id"]: dict(zip(i, s)) for q, i, s in zip(queries, ids, scores)}
+
+
+def evaluate(r: Retriever, corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -> dict:
+    """{metric: value} on a BEIR task (module docstring's keys)."""
+    if r.tokens is not None:
+        return beir.evaluate_run(colbert_run(r, corpus, queries, k), qrels, ks)
+    docs = r.encode_docs([beir.document_text(x) for x in corpus])
+    q = r.encode_queries([x["text"] for x in queries])
+    runs = beir.dense_runs(q, docs, [x["_id"] for x in queries], [x["_id"] for x in corpus],
+                           r.dims, k)
+    width = max(runs)
+    out = beir.evaluate_run(runs[width], qrels, ks)
+    for d in sorted(runs, reverse=True):
+        if d != width:
+            out[f"ndcg_at_10_dim{d}"] = beir.evaluate_run(runs[d], qrels, ks)["ndcg_at_10"]
+    return out
+
+
+def bm25_scores(corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -> dict:
+    """The BM25 row in the same measures."""
+    return beir.evaluate_run(beir.bm25_run(corpus, queries, k), qrels, ks)
