@@ -3,9 +3,10 @@ scored on a BEIR folder at each Matryoshka dimension, one JSON line per dimensio
 
     python benchmarks/beir_eval.py --source=WORKDIR|hf:DIR|bm25 --beir=DIR [--dims=384,64]
 
-The model is read as the mining command reads it (encoder.jobs.mine.encoder_of: the run's
-pooling and prefixes); scores are encoder/retrieval/beir.py's trec_eval measures
-(nDCG@10, MRR@10, recall@10/100, MAP).
+The model is read as the suite reads it (encoder/retrieval/retriever.py: the run's pooling,
+prefixes and Matryoshka dims, which --dims replaces; a ColBERT head scored by MaxSim, one
+row); scores are encoder/retrieval/beir.py's trec_eval measures (nDCG@10, MRR@10,
+recall@10/100, MAP).
 """
 import argparse
 import json
@@ -34,9 +35,15 @@ def main(argv=None):
     if args.source == "bm25":
         rows = {"-": beir.evaluate_bm25(corpus, queries, qrels)}
     else:
-        from encoder.jobs.mine import encoder_of
-        encode, _ = encoder_of(args.source)
-        rows = beir.evaluate_dense(encode, encode, corpus, queries, qrels, dims=dims)
+        from encoder.checkpoints import sources
+        from encoder.retrieval import retriever
+        view = retriever.of_source(sources.load(args.source))
+        if view.tokens is not None:
+            rows = {"maxsim": beir.evaluate_run(retriever.colbert_run(view, corpus, queries),
+                                                qrels)}
+        else:
+            rows = beir.evaluate_dense(view.encode_queries, view.encode_docs, corpus, queries,
+                                       qrels, dims=dims or view.dims)
     for dim, measures in rows.items():
         print(json.dumps({"source": args.source, "dim": dim,
                           **{k: round(float(v), 4) for k, v in measures.items()},

@@ -13,29 +13,20 @@ import os
 
 import numpy as np
 
+from encoder.retrieval import options
+
 PYLATE_DENSE = "pylate.models.Dense.Dense"
-
-
-def _contrastive(run_config) -> dict:
-    if run_config is None or "contrastive" not in run_config:
-        return {}
-    block = run_config["contrastive"]
-    return dict(block.items()) if hasattr(block, "items") else dict(block)
 
 
 def st_config_extra(run_config) -> dict:
     """config_sentence_transformers.json fields of a contrastive run (empty otherwise)."""
-    c = _contrastive(run_config)
+    o = options.of_run(run_config)
     out = {}
-    prompts = {name: c.get(key, "") for name, key in (("query", "query_prefix"),
-                                                       ("document", "passage_prefix"))}
+    prompts = {"query": o.query_prefix, "document": o.passage_prefix}
     if any(prompts.values()):
         out["prompts"] = prompts
-    dims = c.get("matryoshka_dims", "")
-    if isinstance(dims, str):
-        dims = [int(x) for x in dims.replace(" ", "").split(",") if x]
-    if dims:
-        out["matryoshka_dims"] = sorted({int(d) for d in dims}, reverse=True)
+    if o.matryoshka_dims:
+        out["matryoshka_dims"] = sorted({int(d) for d in o.matryoshka_dims}, reverse=True)
     return out
 
 

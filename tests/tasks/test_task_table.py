@@ -33,7 +33,7 @@ NAMED_ELSEWHERE = {
     # plain-data configs may not import the table (tests/test_imports.py)
     "encoder/finetune/config.py": "the default task and contrastive's mean-pooling default",
     # a config block that shares the type's name, not the type
-    "encoder/retrieval/export.py": "reads the run config's `contrastive` options block",
+    "encoder/retrieval/options.py": "reads the run config's `contrastive` options block",
     # STS pairs are read with regression's fields (a sentence pair and a score)
     "encoder/studies/suite/embedding.py": "reads STS pairs with regression's fields",
 }
@@ -116,7 +116,7 @@ class WordTokenizer:
     """One id per word (unknown words: unk); the shared encode_example packs them."""
     pad_id, unk_id, cls_id, sep_id, mask_id = 0, 1, 2, 3, 4
     words = ("red", "green", "blue", "sky", "grass", "the", "is")
-    encode_example = Tokenizer.encode_example
+    encode_example, example_from_ids = Tokenizer.encode_example, Tokenizer.example_from_ids
 
     def encode(self, text):
         return [5 + self.words.index(w) if w in self.words else self.unk_id
