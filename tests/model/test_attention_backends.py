@@ -16,6 +16,7 @@ import pytest
 
 from encoder import config as config_lib
 from encoder.model import attention, encoder, models, positions as positions_lib
+from helpers import filled_params
 
 KERNELS = ("xla", "cudnn", "splash", "pallas_gpu")
 B, T, H, K = 2, 128, 2, 16
@@ -178,9 +179,11 @@ def test_kernel_refusals_name_their_reason():
 
 
 def init_params(cfg, ids, pad, pos, docs):
-    """The encoder's parameters, initialised under jit (an eager flax init compiles op by op)."""
-    return jax.jit(lambda r: encoder.Encoder(cfg).init(r, ids, None, pad, pos, docs)["params"])(
-        jax.random.PRNGKey(0))
+    """The encoder's parameters: init's tree, traced not compiled (helpers.filled_params)."""
+    shapes = jax.eval_shape(lambda r: encoder.Encoder(cfg).init(r, ids, None, pad, pos,
+                                                                docs)["params"],
+                            jax.random.PRNGKey(0))
+    return filled_params(nn.unbox(shapes))
 
 
 def apply_encoder(cfg, params, ids, pad, pos, docs):

@@ -2,7 +2,6 @@
 stack computes, forward and backward, for every pattern it has to keep; the two
 parameter layouts convert both ways; checkpoints, HF folders and the device mesh
 see the scanned layout."""
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,23 +62,8 @@ def _encode_all(cfg, enc_params, ids, mask, docs):
 
 
 def _random_params(cfg, seed=0):
-    """Parameters of the (unrolled) MaskedLM: init's tree, traced for its shapes (not
-    compiled: init, its RNG unrolled per leaf, is the costliest compile of a pattern), filled
-    from numpy at init's scale. Biases are non-zero and norm scales not all one, so a layer's
-    bias or norm put in another layer's slot changes the numbers (init's zeros and ones
-    would hide it)."""
-    model = models.MaskedLM(models.freeze(cfg))
-    ids = jnp.full((2, 16), 5, jnp.int32)
-    shapes = jax.eval_shape(lambda r: model.init(
-        r, ids, None, jnp.ones((2, 16), jnp.int32),
-        mlm_positions=jnp.zeros((2, 2), jnp.int32)), jax.random.key(0))
-    rng = np.random.default_rng(seed)
-
-    def fill(path, x):
-        base = 1.0 if path[-1].key == "scale" else 0.0
-        return jnp.asarray(np.asarray(base + 0.02 * rng.standard_normal(x.shape), x.dtype))
-
-    return jax.tree_util.tree_map_with_path(fill, nn.unbox(shapes)["params"])
+    """The (unrolled) MaskedLM's parameters, traced not compiled (helpers.filled_params)."""
+    return init_masked_lm(cfg, seed=seed)[1]
 
 
 @pytest.mark.parametrize("name", list(PATTERNS))

@@ -9,6 +9,7 @@ import numpy as np
 from encoder import config as config_lib
 from encoder.model import models
 from encoder.tasks.contrastive import Contrastive
+from helpers import filled_params
 
 
 def tiny_cfg(**kw):
@@ -57,8 +58,7 @@ def init(task, cfg, pooling="mean"):
     ids = jnp.ones((2, 8), jnp.int32)
     boxed = jax.eval_shape(lambda r: model.init(r, ids, ids * 0, ids)["params"],
                            jax.random.key(0))
-    params = jax.jit(lambda r: nn.unbox(model.init(r, ids, ids * 0, ids)["params"]))(
-        jax.random.key(0))
+    params = filled_params(nn.unbox(boxed))  # traced, not compiled (helpers.filled_params)
     return model, params, boxed
 
 
