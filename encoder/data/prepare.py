@@ -751,7 +751,8 @@ def main(argv):
         return
     print(summary(manifest))
     if FLAGS.records == "pairs":
-        print(f"train with: experiments/finetune.py:task=contrastive --config.data.train_file="
+        print("train with: python -m encoder.main --config=experiments/finetune.py:"
+              f"task=contrastive --config.init_from=SOURCE --config.data.train_file="
               f"{FLAGS.out}" + "".join(f" --config.contrastive.{k}={v!r}" for k, v in
                                        (("query_prefix", s.query_prefix),
                                         ("passage_prefix", s.passage_prefix)) if v))

@@ -1,6 +1,7 @@
 """Every command's own errors end in one `error: ...` line naming what the user gave, exit 1,
 no traceback; Ctrl-C ends in one line (75 where the command resumes); a pretraining restart
 on changed data is refused with a diff and changes nothing (issue 27)."""
+import json
 import signal
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def test_a_second_suite_on_one_workdir_refuses_at_start(tmp_path):
 
 def test_prepare_interrupted_ends_in_one_line_and_resumes(tmp_path):
     text = tmp_path / "big.txt"
-    docs = corpus.stdlib_documents()[:4000]
+    # ~600 units of 20 KB: seconds of work left when the first is done, so the Ctrl-C
+    # cannot come after the end on a quiet machine (4,000 documents once did: exit 0)
+    docs = corpus.stdlib_documents()[:4000] * 8
     text.write_text("\n\n".join(docs) + "\n")
     out = tmp_path / "c"
     cmd = [sys.executable, "-m", "encoder.data.prepare", f"--input={text}", f"--out={out}",
@@ -61,6 +64,13 @@ def test_prepare_interrupted_ends_in_one_line_and_resumes(tmp_path):
     _, err = p.communicate(timeout=60)
     assert p.returncode == 75, err
     assert "Traceback" not in err and "run the same command again to resume" in err, err
+    done = len(list((out / "units").glob("*.json")))
+    assert not (out / "manifest.json").exists()
+    # the same command resumes: the finished units are kept, the corpus completes
+    rc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert rc.returncode == 0, rc.stderr[-2000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["units"] > done > 0
 
 
 def test_pretraining_restart_on_changed_data_is_refused(tmp_path):
