@@ -84,6 +84,8 @@ def search(index: Index, qv: np.ndarray, qm: np.ndarray, k: int = 100, candidate
     out_ids, out_scores = [], []
     for s in range(0, len(qv), query_block):
         v, m = qv[s:s + query_block], qm[s:s + query_block]
+        t = max(int(np.max(np.sum(m > 0, axis=1), initial=0)), 1)  # the block's real length:
+        v, m = v[:, :t], m[:, :t]  # padding adds nothing to MaxSim but [Q, N, Tq, Td] memory
         if candidates:
             qc = (v * m[..., None]).sum(1)
             qc /= np.maximum(np.linalg.norm(qc, axis=-1, keepdims=True), 1e-12)
