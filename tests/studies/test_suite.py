@@ -3,6 +3,7 @@ the embedded battery, resume without repeats, failures reported, one run end to 
 import json
 import math
 import os
+import types
 
 import numpy as np
 import pytest
@@ -148,6 +149,17 @@ def test_median_over_seeds_picks_the_learning_rate(tmp_path):
            {"lr": 1e-5, "seed": 0, "metrics": {"f1": 50, "accuracy": 50}},
            {"lr": 5e-5, "seed": 0, "metrics": {"f1": float("nan"), "accuracy": 99}}]
     assert report.summarize(mrpc, tie, "glue")["lr"] == 3e-5
+
+
+def test_a_retrievers_matryoshka_dims_join_its_metrics():
+    task = types.SimpleNamespace(name="api_retrieval", kind="retrieval", type="retrieval",
+                                 glue=False, score_metrics=("ndcg_at_10",),
+                                 metrics=[types.SimpleNamespace(name="ndcg_at_10")])
+    rows = [{"lr": None, "seed": 0, "metrics": {"ndcg_at_10": 13.5, "ndcg_at_10_dim64": 12.2,
+                                                "ndcg_at_10_dim128": 13.0}}]
+    s = report.summarize(task, rows, "glue")
+    assert list(s["metrics"]) == ["ndcg_at_10", "ndcg_at_10_dim128", "ndcg_at_10_dim64"]
+    assert s["median"] == 13.5  # the score stays the full width's
 
 
 def test_averages_follow_the_rule(tmp_path):

@@ -59,6 +59,9 @@ def run_metrics(task, run_dir: str, gold_files: dict) -> dict:
     return out
 
 
+MATRYOSHKA_KEY = "ndcg_at_10_dim"  # + the dimension
+
+
 def score_metrics(task, rule: str) -> tuple:
     """The metric names a task's score averages under an average rule."""
     return presets.AVERAGES[rule]["metrics"].get(task.name, task.score_metrics) \
@@ -93,6 +96,11 @@ def summarize(task, rows: list, rule: str) -> dict:
     chosen = by_lr[best]
     scores = np.array([task_score(r["metrics"], names) for r in chosen])
     metric_names = [m.name for m in task.metrics]
+    # a retriever's nDCG@10 at each Matryoshka dim (encoder/retrieval/retriever.py), widest
+    # first, where every chosen run has it
+    dims = {k for r in chosen for k in r["metrics"] if k.startswith(MATRYOSHKA_KEY)}
+    metric_names += sorted((k for k in dims if all(k in r["metrics"] for r in chosen)),
+                           key=lambda k: -int(k[len(MATRYOSHKA_KEY):]))
     return {
         "task": task.name, "kind": task.kind, "type": task.type, "glue": task.glue,
         "score_metrics": list(names), "lr": best, "seeds": len(chosen),
