@@ -238,6 +238,7 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
                          "pairs")
     if shards.is_prepared(data_cfg.train_files):
         train_c = shards.PreparedCorpus(data_cfg.train_files)
+        train_c.require_records("text", "pretraining")  # before the workdir gets a tokenizer
         tok = tokenizer_lib.load(data_cfg.tokenizer or train_c.tokenizer_path)
         train_c.check_tokenizer(tok)
         if primary and not data_cfg.tokenizer:  # the workdir carries its tokenizer, as always
@@ -253,6 +254,7 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
     if data_cfg.valid_files:
         if shards.is_prepared(data_cfg.valid_files):
             valid_c = shards.PreparedCorpus(data_cfg.valid_files)
+            valid_c.require_records("text", "pretraining")
             valid_c.check_tokenizer(tok)
             valid_split = "valid" if valid_c.documents("valid") else "train"
         else:

@@ -105,6 +105,13 @@ def test_pair_and_text_corpora_are_not_read_as_each_other(pair_corpus, text_corp
     _, _, out, _, tok = pair_corpus
     with pytest.raises(shards.CorpusError, match="pairs records.*pretraining reads text"):
         shards.PackedRows(shards.PreparedCorpus(out), "train", 32, 1, 2, 0)
+    from encoder import config as config_lib
+    from encoder.data import pipeline
+    data_cfg = config_lib.base_config().data
+    data_cfg.update(train_files=out, seq_len=32)
+    with pytest.raises(shards.CorpusError, match="pairs records.*pretraining reads text"):
+        pipeline.open_pretraining_data(data_cfg, str(tmp_path / "wd"), 0)
+    assert not (tmp_path / "wd").exists()  # refused before the workdir got a tokenizer
     folder, tok_path = text_corpus
     text_out = str(tmp_path / "text")
     prepare.prepare(folder, text_out, prepare.Settings(shard_mb=1.0), tokenizer=tok_path)
