@@ -1,7 +1,6 @@
 """The study runner: runs as data, status from workdir records, the local launcher."""
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -141,14 +140,3 @@ def test_the_launcher_table_names_its_entries():
     assert isinstance(launchers.make("local", parallel=2), local.Local)
     with pytest.raises(ValueError, match="valid names: local, slurm, tpu_vm"):
         launchers.make("kubernetes")
-
-
-def test_a_run_is_the_main_entry_point_on_its_config_file(tmp_path):
-    run = runner.make_run("r", str(tmp_path / "r"), {"mode": "nothing", "distributed": {"coordinator_address": ""}})
-    runner.prepare(run, log=lambda *_: None)
-    cmd = runner.job_command(run)
-    assert cmd[1:3] == ["-m", "encoder.main"]
-    assert cmd[3:] == [f"--config={run.workdir}/job_config.py", f"--workdir={run.workdir}"]
-    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "XLA_FLAGS": ""})
-    assert out.returncode != 0 and "Unknown mode 'nothing'" in out.stderr
