@@ -61,6 +61,17 @@ def _verbose() -> bool:
         return False
 
 
+def ctrl_c_interrupts() -> None:
+    """Ctrl-C raises KeyboardInterrupt in this command, whatever signal state it inherited
+    (a parent that blocked or ignored SIGINT while it started us, as a test runner's worker
+    can be): the command's Ctrl-C promise is the trainer's, which sets its own handler."""
+    import signal
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def one_line_errors(main=None, *, resumable=False, name: str = ""):
     """Decorator for a command's absl main (see the module docstring); resumable: a bool,
     or a function of nothing read at the interrupt (e.g. the config's mode)."""
@@ -70,6 +81,7 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
     @functools.wraps(main)
     def wrapped(argv):
         from absl import app
+        ctrl_c_interrupts()
         try:
             return main(argv)
         except KeyboardInterrupt:
