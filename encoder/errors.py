@@ -69,7 +69,10 @@ def ctrl_c_interrupts() -> None:
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread (a command called in-process): leave it
+            pass
 
 
 def one_line_errors(main=None, *, resumable=False, name: str = ""):
