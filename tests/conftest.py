@@ -101,3 +101,63 @@ def text_corpus(tmp_path_factory):
                 f.write(doc + "\n\n\n" if k == 1 else doc + "\n\n")
     tok = tokenizer_lib.train_sentencepiece(docs, str(d / "sp"), 2000)
     return str(d), tok
+
+
+# ------------------------------------------------------------------ where the time goes
+# ENCODER_TEST_PROFILE=FILE: one JSON line a test phase (setup/call/teardown) with its wall
+# and CPU seconds and the seconds JAX spent tracing, lowering and compiling in it; each xdist
+# worker appends to FILE.<worker>. `python tests/profile_report.py FILE` sums them by file.
+_PROFILE = os.environ.get("ENCODER_TEST_PROFILE")
+_JAX_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+               "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+               "/jax/core/compile/backend_compile_duration": "compile"}
+_jax_seconds: dict = {}
+
+if _PROFILE:
+    import json
+    import time
+    from jax._src import monitoring
+
+    def _on_duration(event, seconds, **_):
+        if event in _JAX_EVENTS:
+            key = _JAX_EVENTS[event]
+            _jax_seconds[key] = _jax_seconds.get(key, 0.0) + seconds
+            _jax_seconds[key + "_n"] = _jax_seconds.get(key + "_n", 0) + 1
+
+    monitoring.register_event_duration_secs_listener(_on_duration)
+
+    def _phase(item, when):
+        _jax_seconds.clear()
+        item._profile_start = (time.perf_counter(), time.process_time())
+
+    def _phase_end(item, when):
+        wall0, cpu0 = item._profile_start
+        row = {"test": item.nodeid, "when": when, "wall": time.perf_counter() - wall0,
+               "cpu": time.process_time() - cpu0, **_jax_seconds}
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(f"{_PROFILE}.{worker}", "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_setup(item):
+        _phase(item, "setup")
+        try:
+            return (yield)
+        finally:
+            _phase_end(item, "setup")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item):
+        _phase(item, "call")
+        try:
+            return (yield)
+        finally:
+            _phase_end(item, "call")
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_teardown(item, nextitem):
+        _phase(item, "teardown")
+        try:
+            return (yield)
+        finally:
+            _phase_end(item, "teardown")

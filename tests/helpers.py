@@ -15,6 +15,20 @@ from encoder.model import models
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 
 
+class LazyModule:
+    """A module imported at its first attribute use: collecting a test file (in every xdist
+    worker, and in the lane that deselects it) then costs no torch/transformers import."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):  # pytest's collection probes names such as __test__
+            raise AttributeError(attr)
+        import importlib
+        return getattr(importlib.import_module(self._name), attr)
+
+
 def filled_params(shapes, seed=0):
     """Parameters of init's shapes (a tree of ShapeDtypeStruct), filled from numpy at init's
     scale instead of running init: init's RNG, unrolled per leaf, is the costliest compile

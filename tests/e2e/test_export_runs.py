@@ -11,14 +11,14 @@ import sys
 import jax
 import numpy as np
 import pytest
-import torch
-import transformers as T
 
 from encoder.checkpoints import sources
 from encoder.jobs import export as export_lib
 from encoder.interop.family import Unrepresentable
 from encoder.model import models
-from helpers import ROOT, awkward_texts, pair_batch, topic_config, topic_task
+from helpers import LazyModule, ROOT, awkward_texts, pair_batch, topic_config, topic_task
+
+torch, T = LazyModule("torch"), LazyModule("transformers")
 
 
 def test_rtd_workdir_exports_discriminator_and_generator(tmp_path):

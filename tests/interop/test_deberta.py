@@ -14,9 +14,10 @@ import pytest
 from encoder import config as config_lib
 from encoder.interop import deberta, family
 from encoder.model import models, positions
+from helpers import LazyModule
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+# real dependencies of the suite (never skipped), imported when a test first uses them
+torch, transformers = LazyModule("torch"), LazyModule("transformers")
 
 TOL = 1e-4
 HF_TINY = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

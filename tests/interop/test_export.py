@@ -8,8 +8,6 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
-import torch
-import transformers as T
 
 from encoder import config as config_lib
 from encoder.checkpoints import sources
@@ -17,21 +15,23 @@ from encoder.jobs import export as export_lib
 from encoder.interop import hf, hf_tokenizer
 from encoder.interop.family import Unrepresentable
 from encoder.model import models
-from helpers import awkward_texts, pair_batch
+from helpers import LazyModule, awkward_texts, pair_batch
+
+torch, T = LazyModule("torch"), LazyModule("transformers")
 
 SMALL = dict(vocab_size=101, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
              intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
              attention_probs_dropout_prob=0.0)
-# name -> (HF config class, HF MLM class, extra config fields)
+# name -> (transformers' config class, its MLM class, extra config fields)
 CASES = {
-    "bert": (T.BertConfig, T.BertForMaskedLM, {}),
-    "roberta": (T.RobertaConfig, T.RobertaForMaskedLM, {"pad_token_id": 1}),
-    "albert_shared": (T.AlbertConfig, T.AlbertForMaskedLM, {"embedding_size": 16,
+    "bert": ("BertConfig", "BertForMaskedLM", {}),
+    "roberta": ("RobertaConfig", "RobertaForMaskedLM", {"pad_token_id": 1}),
+    "albert_shared": ("AlbertConfig", "AlbertForMaskedLM", {"embedding_size": 16,
                                                             "hidden_act": "gelu_new"}),
-    "albert_per_layer": (T.AlbertConfig, T.AlbertForMaskedLM, {"embedding_size": 16,
+    "albert_per_layer": ("AlbertConfig", "AlbertForMaskedLM", {"embedding_size": 16,
                                                                "num_hidden_groups": 2}),
-    "electra_generator": (T.ElectraConfig, T.ElectraForMaskedLM, {"embedding_size": 16}),
-    "roformer": (T.RoFormerConfig, T.RoFormerForMaskedLM, {"embedding_size": 32}),
+    "electra_generator": ("ElectraConfig", "ElectraForMaskedLM", {"embedding_size": 16}),
+    "roformer": ("RoFormerConfig", "RoFormerForMaskedLM", {"embedding_size": 32}),
 }
 
 
@@ -64,7 +64,8 @@ def _randomize(model):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_hf_model_imports_with_hidden_state_and_logit_parity(case, tmp_path):
-    config_cls, model_cls, extra = CASES[case]
+    config_name, model_name, extra = CASES[case]
+    config_cls, model_cls = getattr(T, config_name), getattr(T, model_name)
     torch.manual_seed(0)
     model = _randomize(model_cls(config_cls(**{**SMALL, **extra})))
     model.save_pretrained(tmp_path)
