@@ -222,7 +222,8 @@ def test_the_embedded_suite_builds_every_task_type(embedded, tmp_path):
     corpus, queries, qrels = embedding.read_retrieval(by["api_retrieval"].files, max_eval=10)
     assert len(queries) == 10 and all(d in {c["_id"] for c in corpus}
                                       for rel in qrels.values() for d in rel)
-    # deterministic: the splits of a second build are the same bytes
+    # deterministic: the splits of a second build are the same bytes (the parse is one per
+    # process, in sorted-walk order; the builders and their seeds run again)
     again = tmp_path / "again"
     stdlib_tasks.write_task(str(again), "relatedness", stdlib_tasks.relatedness_task(
         stdlib_tasks.documented_functions()), lambda e: e["text_a"] + e["text_b"])
