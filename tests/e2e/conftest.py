@@ -6,6 +6,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import slurm_cluster  # noqa: E402
+from helpers import child_env  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -17,7 +18,7 @@ def slurm(tmp_path_factory):
         pytest.skip(f"no SLURM cluster here: {why}")
     cluster = slurm_cluster.Cluster(str(tmp_path_factory.mktemp("slurm"))).start()
     try:
-        yield {**os.environ, **cluster.env, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+        yield child_env(**cluster.env)
     finally:
         cluster.stop()
 

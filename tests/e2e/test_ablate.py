@@ -10,7 +10,7 @@ import pytest
 
 from encoder.studies import ablation as ablate, records
 
-from helpers import ROOT
+from helpers import ROOT, child_env
 
 
 def test_expand_product_and_zip():
@@ -54,7 +54,7 @@ def _study(workdir, *extra, steps=8, sweep="model.position=learned,rope", seeds=
            f"--sweep={sweep}", f"--seeds={seeds}", f"--workdir={workdir}",
            f"--config.train.num_steps={steps}", "--config.train.log_every=2",
            f"--config.train.eval_every={steps}", "--config.train.checkpoint_every=4", *extra]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = child_env()
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -113,6 +113,6 @@ def test_zero_seeds_is_refused_up_front(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "encoder.ablate",
                            "--config=experiments/pretrain.py:runlocal", "--seeds=0",
                            f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "XLA_FLAGS": ""})
+                          timeout=120, env=child_env())
     assert proc.returncode != 0 and "--seeds and --parallel must be at least 1" in proc.stderr
     assert not (tmp_path / "runs").exists()

@@ -16,7 +16,7 @@ from encoder.checkpoints import sources
 from encoder.jobs import export as export_lib
 from encoder.interop.family import Unrepresentable
 from encoder.model import models
-from helpers import LazyModule, ROOT, awkward_texts, pair_batch, topic_config, topic_task
+from helpers import awkward_texts, child_env, LazyModule, pair_batch, ROOT, topic_config, topic_task
 
 torch, T = LazyModule("torch"), LazyModule("transformers")
 
@@ -145,7 +145,7 @@ def test_cli_exports_the_main_jobs_model_as_roformer(tiny_pretrained, tmp_path):
     out = tmp_path / "hf"
     proc = subprocess.run([sys.executable, "-m", "encoder.interop.export",
                            f"--workdir={tiny_pretrained}", f"--out={out}"], cwd=ROOT,
-                          capture_output=True, text=True, env={**os.environ, "XLA_FLAGS": ""})
+                          capture_output=True, text=True, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "RoFormerForMaskedLM (family roformer, head mlm)" in proc.stdout
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -153,7 +153,7 @@ def test_cli_exports_the_main_jobs_model_as_roformer(tiny_pretrained, tmp_path):
     bad = subprocess.run([sys.executable, "-m", "encoder.interop.export",
                           f"--workdir={tiny_pretrained}", f"--out={tmp_path / 'b'}",
                           "--family=bert"], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "XLA_FLAGS": ""})
+                         env=child_env())
     assert bad.returncode != 0 and "export: bert cannot represent this model" in bad.stderr
     assert "Traceback" not in bad.stderr
 

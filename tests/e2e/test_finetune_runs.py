@@ -16,7 +16,7 @@ from encoder.jobs import finetune as run
 from encoder.tasks.table import TASKS
 from encoder.train import metrics_io
 from experiments import finetune as finetune_exp
-from helpers import ROOT, topic_config, topic_task, write_jsonl as _write
+from helpers import ROOT, child_env, topic_config, topic_task, write_jsonl as _write
 
 
 def _train_losses(workdir):
@@ -24,7 +24,7 @@ def _train_losses(workdir):
 
 
 def _finetune_cli(workdir, source, task_dir, *extra):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = child_env()
     cmd = [sys.executable, "-m", "encoder.main",
            "--config=experiments/finetune.py:task=classification,runlocal",
            f"--config.init_from={source}", f"--workdir={workdir}",

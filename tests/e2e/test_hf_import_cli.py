@@ -1,12 +1,11 @@
 """python -m encoder.interop.hf_bert: the import command writes an orbax checkpoint of
 all-MiniLM-L6-v2 that restores to the same parameters (parity: tests/interop/test_hf_bert.py)."""
-import os
 
 import numpy as np
 
 import encoder
 from encoder.jobs import import_hf as hf_bert
-from helpers import minilm_dir
+from helpers import child_env, minilm_dir
 
 
 def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
@@ -16,7 +15,7 @@ def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
     out = tmp_path / "ckpt"
     subprocess.run([sys.executable, "-m", "encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
                     f"--out={out}"], cwd=root, check=True, capture_output=True,
-                   env={**os.environ, "XLA_FLAGS": ""})
+                   env=child_env())
     from encoder.checkpoints import sources, store
     cfg, params = store.load_params(str(out))
     ref_cfg, ref = hf_bert.load(minilm_dir())

@@ -1,15 +1,14 @@
 """The launchers and the study runner through the real commands (subprocess runs): a dry
 run prints the scripts it would submit; a run's command is the main entry point."""
-import os
 import subprocess
 import sys
 
 from encoder.studies import runner
-from helpers import ROOT
+from helpers import ROOT, child_env
 
 
 def _env():
-    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    return child_env()
 
 
 def test_main_and_ablate_print_their_scripts_in_a_dry_run(tmp_path):
@@ -47,5 +46,5 @@ def test_a_run_is_the_main_entry_point_on_its_config_file(tmp_path):
     assert cmd[1:3] == ["-m", "encoder.main"]
     assert cmd[3:] == [f"--config={run.workdir}/job_config.py", f"--workdir={run.workdir}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "XLA_FLAGS": ""})
+                         env=child_env())
     assert out.returncode != 0 and "Unknown mode 'nothing'" in out.stderr

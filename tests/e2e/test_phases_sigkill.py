@@ -11,12 +11,13 @@ import time
 import pytest
 
 from encoder.train import metrics_io
+from helpers import child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _main(workdir, tiny_data):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = child_env()
     cmd = [sys.executable, "-m", "encoder.main",
            "--config=experiments/modernbert_base.py:runlocal", f"--workdir={workdir}",
            "--config.train.log_every=1", "--config.train.eval_every=0",
@@ -63,7 +64,7 @@ def test_the_merge_command_and_its_flags(tmp_path, tiny_pretrained):
     shutil.copytree(tiny_pretrained, twin, ignore=shutil.ignore_patterns("LOCK"))
     cmd = [sys.executable, "-m", "encoder.merge", f"--workdirs={tiny_pretrained},{twin}",
            f"--out={out}", "--method=weighted", "--weights=1,3", "--tree=params"]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = child_env()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert '"method": "weighted"' in done.stdout

@@ -13,7 +13,7 @@ import pytest
 from encoder.train import metrics_io
 from encoder.jobs import pretrain
 
-from helpers import ROOT, tiny_pretrain_config
+from helpers import ROOT, child_env, tiny_pretrain_config
 
 
 def small_config(**train):
@@ -26,7 +26,7 @@ def _losses(workdir):
 
 
 def _main(workdir, *extra, steps=30, checkpoint_every=10):
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}
+    env = child_env()
     cmd = [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
            f"--workdir={workdir}", f"--config.train.num_steps={steps}",
            "--config.train.log_every=1", "--config.train.eval_every=0",

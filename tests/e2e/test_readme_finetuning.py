@@ -5,11 +5,11 @@ import subprocess
 import sys
 
 
-from helpers import ROOT  # noqa: E402
+from helpers import ROOT, STEP_BOUND_XLA_FLAGS  # noqa: E402
 
 
 def _run(*args, timeout=900):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=STEP_BOUND_XLA_FLAGS)
     proc = subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from helpers import ROOT, write_jsonl
+from helpers import ROOT, STEP_BOUND_XLA_FLAGS, write_jsonl
 
 pytestmark = pytest.mark.e2e
-ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""}  # one device, optimised code
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": STEP_BOUND_XLA_FLAGS}  # one device, optimised code
 
 TOPICS = {"file": "open a file and read its lines", "socket": "connect a socket to a host",
           "thread": "start a thread and join it", "path": "join two parts of a path",

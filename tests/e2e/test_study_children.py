@@ -10,11 +10,11 @@ import sys
 import time
 
 from encoder.studies import jobconfig, records
-from helpers import ROOT, alive, topic_task
+from helpers import alive, child_env, ROOT, topic_task
 
 
 def _env():
-    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    return child_env()
 
 
 def wait_for(predicate, timeout: float, every: float = 0.2) -> bool:

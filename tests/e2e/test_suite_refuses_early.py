@@ -4,7 +4,7 @@ the first run, one `error:` line naming the task and its file, exit 1, no folder
 import json
 import os
 
-from helpers import run_module, topic_task, write_jsonl
+from helpers import child_env, run_module, topic_task, write_jsonl
 
 
 def test_a_one_class_task_is_one_line_and_exit_1_before_any_run(tiny_pretrained, tmp_path):
@@ -20,7 +20,7 @@ def test_a_one_class_task_is_one_line_and_exit_1_before_any_run(tiny_pretrained,
     rc, stdout, stderr = run_module("encoder.suite", f"--init_from={tiny_pretrained}",
                                     f"--tasks={tasks}", f"--workdir={out}",
                                     "--preset=runlocal", timeout=240,
-                                    env={**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": ""})
+                                    env=child_env())
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     assert rc == 1 and len(errors) == 1, stdout[-1500:] + stderr[-1500:]
     assert errors[0].startswith("error: task single: ") and "single/train.jsonl" in errors[0]

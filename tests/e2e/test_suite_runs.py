@@ -2,7 +2,6 @@
 the embedded battery, resume without repeats, failures reported, one run end to end."""
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 from encoder.data import stdlib_tasks
 from encoder.studies import records
 from encoder.studies.suite import battery
-from helpers import ROOT, topic_task
+from helpers import ROOT, child_env, topic_task
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,7 @@ def embedded(tmp_path_factory):
 
 
 def _env():
-    return {**os.environ, "XLA_FLAGS": "", "JAX_PLATFORMS": "cpu"}
+    return child_env()
 
 
 def test_the_embedded_suite_end_to_end(embedded, tiny_pretrained, tmp_path):

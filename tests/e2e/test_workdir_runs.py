@@ -11,7 +11,7 @@ import pytest
 
 from encoder.train import metrics_io, workdir as workdir_lib
 from encoder.jobs import pretrain
-from helpers import ROOT, snapshot, tiny_pretrain_config
+from helpers import ROOT, child_env, snapshot, tiny_pretrain_config
 
 
 @pytest.mark.parametrize("change", ["model.hidden_size", "objective", "data.seq_len"])
@@ -66,7 +66,7 @@ def test_a_second_launch_on_a_busy_workdir_says_who_holds_it(tiny_pretrained, tm
         proc = subprocess.run(
             [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
              f"--workdir={wd}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
-            env={**os.environ, "XLA_FLAGS": ""})
+            env=child_env())
         assert sorted(os.listdir(wd)) == [workdir_lib.LOCK]  # only the first run's lock
     assert f"in use by pid {os.getpid()}" in proc.stderr
     assert "Traceback" not in proc.stderr  # one line, not a stack
