@@ -26,6 +26,11 @@ if _jaxlib_version() == (0, 10):
     os.environ["XLA_FLAGS"] += (" --xla_cpu_use_fusion_emitters=false"
                                 " --xla_cpu_parallel_codegen_split_count=1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Bytecode caches on for this session and the jobs it starts, whatever the machine set
+# (this VM sets PYTHONDONTWRITEBYTECODE=1): otherwise every job process compiles the
+# package from source and pytest rewrites every test module again in every worker.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # One persistent compilation cache per test session, shared with the subprocesses the
 # tests launch: many tests compile the same tiny model's functions (measured in
 # BUILD_NOTES.md, "Test suite time"). A fresh folder each session, so nothing stale.

@@ -238,23 +238,22 @@ def test_every_variant_jits(tiny_cfg, overrides):
     ids = jnp.asarray(random_ids(np.random.default_rng(0), 2, 16, tiny_cfg.vocab_size))
     am = jnp.ones((2, 16), jnp.int32).at[1, 12:].set(0)
 
+    positions = jnp.array([[1, 2], [3, 4]])
+
     @jax.jit
     def run(params, ids, key):
-        out, aux = model.apply({"params": params}, ids, None, am,
-                               mlm_positions=jnp.array([[1, 2], [3, 4]]),
+        """A training forward pass (dropout on) and an inference one, in one compile."""
+        out, aux = model.apply({"params": params}, ids, None, am, mlm_positions=positions,
                                deterministic=False, rngs={"dropout": key})
-        return out["mlm_logits"], aux["encoded"]
+        inference, _ = model.apply({"params": params}, ids, None, am, mlm_positions=positions)
+        return out["mlm_logits"], aux["encoded"], inference["mlm_logits"]
 
-    logits, hidden = run(params, ids, jax.random.key(1))
+    logits, hidden, jitted = run(params, ids, jax.random.key(1))
     assert logits.shape == (2, 2, 101) and hidden.shape == (2, 16, 32)
     assert hidden.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(logits)))
-    eager, _ = model.apply({"params": params}, ids, None, am,
-                           mlm_positions=jnp.array([[1, 2], [3, 4]]))
-    jitted, _ = jax.jit(lambda p, i: model.apply({"params": p}, i, None, am,
-                                                 mlm_positions=jnp.array([[1, 2], [3, 4]])))(
-        params, ids)
+    eager, _ = model.apply({"params": params}, ids, None, am, mlm_positions=positions)
     tol = 5e-2 if overrides.get("dtype") == "bfloat16" else 1e-5
-    np.testing.assert_allclose(jitted["mlm_logits"], eager["mlm_logits"], atol=tol)
+    np.testing.assert_allclose(jitted, eager["mlm_logits"], atol=tol)
 
 
 def test_return_all_hidden_states(tiny_cfg):
