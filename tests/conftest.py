@@ -121,7 +121,7 @@ def text_corpus(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ where the time goes
-# ENCODER_TEST_PROFILE=FILE: one JSON line a test phase (setup/call/teardown) with its wall
+# ENCODER_TEST_PROFILE=FILE: one JSON line a test (set-up, call, teardown) with its wall
 # and CPU seconds and the seconds JAX spent tracing, lowering and compiling in it; each xdist
 # worker appends to FILE.<worker>. `python tests/profile_report.py FILE` sums them by file.
 _PROFILE = os.environ.get("ENCODER_TEST_PROFILE")
@@ -143,38 +143,16 @@ if _PROFILE:
 
     monitoring.register_event_duration_secs_listener(_on_duration)
 
-    def _phase(item, when):
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        """One row a test: its set-up (fixtures it is first to need), call and teardown."""
         _jax_seconds.clear()
-        item._profile_start = (time.perf_counter(), time.process_time())
-
-    def _phase_end(item, when):
-        wall0, cpu0 = item._profile_start
-        row = {"test": item.nodeid, "when": when, "wall": time.perf_counter() - wall0,
-               "cpu": time.process_time() - cpu0, **_jax_seconds}
-        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        with open(f"{_PROFILE}.{worker}", "a") as f:
-            f.write(json.dumps(row) + "\n")
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(item):
-        _phase(item, "setup")
+        wall0, cpu0 = time.perf_counter(), time.process_time()
         try:
             return (yield)
         finally:
-            _phase_end(item, "setup")
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(item):
-        _phase(item, "call")
-        try:
-            return (yield)
-        finally:
-            _phase_end(item, "call")
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_teardown(item, nextitem):
-        _phase(item, "teardown")
-        try:
-            return (yield)
-        finally:
-            _phase_end(item, "teardown")
+            row = {"test": item.nodeid, "wall": time.perf_counter() - wall0,
+                   "cpu": time.process_time() - cpu0, **_jax_seconds}
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            with open(f"{_PROFILE}.{worker}", "a") as f:
+                f.write(json.dumps(row) + "\n")
