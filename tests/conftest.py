@@ -142,6 +142,10 @@ if _PROFILE:
             _jax_seconds[key + "_n"] = _jax_seconds.get(key + "_n", 0) + 1
 
     monitoring.register_event_duration_secs_listener(_on_duration)
+    # this process's file starts empty: a reused FILE is not counted twice
+    _PROFILE_FILE = f"{_PROFILE}.{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+    if os.path.exists(_PROFILE_FILE):
+        os.remove(_PROFILE_FILE)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_protocol(item, nextitem):
@@ -153,6 +157,5 @@ if _PROFILE:
         finally:
             row = {"test": item.nodeid, "wall": time.perf_counter() - wall0,
                    "cpu": time.process_time() - cpu0, **_jax_seconds}
-            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-            with open(f"{_PROFILE}.{worker}", "a") as f:
+            with open(_PROFILE_FILE, "a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -238,20 +238,20 @@ def test_every_variant_jits(tiny_cfg, overrides):
     ids = jnp.asarray(random_ids(np.random.default_rng(0), 2, 16, tiny_cfg.vocab_size))
     am = jnp.ones((2, 16), jnp.int32).at[1, 12:].set(0)
 
-    positions = jnp.array([[1, 2], [3, 4]])
+    mlm_at = jnp.array([[1, 2], [3, 4]])
 
     @jax.jit
     def run(params, ids, key):
         """A training forward pass (dropout on) and an inference one, in one compile."""
-        out, aux = model.apply({"params": params}, ids, None, am, mlm_positions=positions,
+        out, aux = model.apply({"params": params}, ids, None, am, mlm_positions=mlm_at,
                                deterministic=False, rngs={"dropout": key})
-        inference, _ = model.apply({"params": params}, ids, None, am, mlm_positions=positions)
+        inference, _ = model.apply({"params": params}, ids, None, am, mlm_positions=mlm_at)
         return out["mlm_logits"], aux["encoded"], inference["mlm_logits"]
 
     logits, hidden, jitted = run(params, ids, jax.random.key(1))
     assert logits.shape == (2, 2, 101) and hidden.shape == (2, 16, 32)
     assert hidden.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(logits)))
-    eager, _ = model.apply({"params": params}, ids, None, am, mlm_positions=positions)
+    eager, _ = model.apply({"params": params}, ids, None, am, mlm_positions=mlm_at)
     tol = 5e-2 if overrides.get("dtype") == "bfloat16" else 1e-5
     np.testing.assert_allclose(jitted, eager["mlm_logits"], atol=tol)
 
