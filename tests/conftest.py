@@ -125,15 +125,16 @@ def text_corpus(tmp_path_factory):
 # and CPU seconds and the seconds JAX spent tracing, lowering and compiling in it; each xdist
 # worker appends to FILE.<worker>. `python tests/profile_report.py FILE` sums them by file.
 _PROFILE = os.environ.get("ENCODER_TEST_PROFILE")
-_JAX_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
-               "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
-               "/jax/core/compile/backend_compile_duration": "compile"}
-_jax_seconds: dict = {}
 
 if _PROFILE:
     import json
     import time
     from jax._src import monitoring
+
+    _JAX_EVENTS = {"/jax/core/compile/jaxpr_trace_duration": "trace",
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+                   "/jax/core/compile/backend_compile_duration": "compile"}
+    _jax_seconds: dict = {}
 
     def _on_duration(event, seconds, **_):
         if event in _JAX_EVENTS:

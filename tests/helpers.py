@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 # XLA flags for a job a test starts: one CPU device, compiled as this process compiles
 # (conftest: LLVM at -O0, the legacy emitters), because a test's run is a few steps and
 # compile-bound (a 12-step runlocal pretraining: 34.7 s -> 24.9 s wall, BUILD_NOTES "Test
-# suite time"). A step-bound child (the README's 126-step fine-tuning: 80 s -> 105 s at -O0)
+# suite"). A step-bound child (the README's 126-step fine-tuning: 80 s -> 105 s at -O0)
 # passes STEP_BOUND_XLA_FLAGS, XLA's defaults.
 CHILD_XLA_FLAGS = " ".join(f for f in os.environ.get("XLA_FLAGS", "").split()
                            if not f.startswith("--xla_force_host_platform_device_count"))
