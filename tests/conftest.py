@@ -53,11 +53,15 @@ jax.config.update("jax_default_matmul_precision", "highest")
 E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
-    """Everything under tests/e2e/ is in the e2e lane, marked or not."""
+    """Everything under tests/e2e/ is in the e2e lane, marked or not. A file is one xdist
+    work unit (its module fixtures built once) unless it names a group (helpers.TORCH_GROUP)."""
     for item in items:
         if str(item.path).startswith(E2E + os.sep):
             item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture

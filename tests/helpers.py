@@ -9,10 +9,17 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from encoder.model import models
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
+
+# `pytestmark = TORCH_GROUP` in a test file that imports torch (transformers,
+# sentence-transformers, mteb): those files run in one xdist worker, so one process pays
+# the import (torch + transformers' model classes: 12.8 s of CPU), not both. Every other
+# file is its own group (tests/conftest.py), as --dist loadfile had it.
+TORCH_GROUP = pytest.mark.xdist_group("torch")
 
 # XLA flags for a job a test starts: one CPU device, compiled as this process compiles
 # (conftest: LLVM at -O0, the legacy emitters), because a test's run is a few steps and

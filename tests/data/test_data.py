@@ -5,6 +5,9 @@ import numpy as np
 import pytest
 
 from encoder.data import corpus, packing, pipeline, tokenizer as tokenizer_lib
+from helpers import TORCH_GROUP
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 
 @pytest.fixture(scope="module")

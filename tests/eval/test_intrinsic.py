@@ -3,7 +3,9 @@ import numpy as np
 import pytest
 
 from encoder.data import tokenizer as tokenizer_lib
-from helpers import minilm_dir
+from helpers import TORCH_GROUP, minilm_dir
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 
 def test_minilm_sentence_embeddings_match_sentence_transformers():

@@ -14,7 +14,9 @@ import pytest
 from encoder import config as config_lib
 from encoder.interop import deberta, family
 from encoder.model import models, positions
-from helpers import LazyModule
+from helpers import TORCH_GROUP, LazyModule
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 # real dependencies of the suite (never skipped), imported when a test first uses them
 torch, transformers = LazyModule("torch"), LazyModule("transformers")

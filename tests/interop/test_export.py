@@ -15,7 +15,9 @@ from encoder.jobs import export as export_lib
 from encoder.interop import hf, hf_tokenizer
 from encoder.interop.family import Unrepresentable
 from encoder.model import models
-from helpers import LazyModule, awkward_texts, pair_batch
+from helpers import TORCH_GROUP, LazyModule, awkward_texts, pair_batch
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 torch, T = LazyModule("torch"), LazyModule("transformers")
 

@@ -6,7 +6,9 @@ import pytest
 
 import encoder
 from encoder.jobs import import_hf as hf_bert
-from helpers import minilm_dir
+from helpers import TORCH_GROUP, minilm_dir
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 
 def test_minilm_matches_pytorch_bert():

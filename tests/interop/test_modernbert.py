@@ -14,6 +14,9 @@ import pytest
 from encoder import config as config_lib
 from encoder.interop import families, family, hf, modernbert
 from encoder.model import models
+from helpers import TORCH_GROUP
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 FAMILY = modernbert.FAMILY
 TOL = 1e-4

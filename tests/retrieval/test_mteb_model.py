@@ -6,6 +6,9 @@ import pytest
 
 from encoder.retrieval import beir
 from encoder.retrieval.mteb_model import MtebEncoder
+from helpers import TORCH_GROUP
+
+pytestmark = TORCH_GROUP  # imports torch (helpers.TORCH_GROUP)
 
 WORDS = ["file", "socket", "thread", "path", "string", "number", "date", "list", "dict", "set"]
 
