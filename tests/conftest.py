@@ -56,12 +56,24 @@ E2E = os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e")
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(config, items):
     """Everything under tests/e2e/ is in the e2e lane, marked or not. A file is one xdist
-    work unit (its module fixtures built once) unless it names a group (helpers.TORCH_GROUP)."""
+    work unit (its module fixtures built once) unless it names a group (helpers.TORCH_GROUP).
+
+    The workers take the units in this order (pytest.ini: --no-loadscope-reorder): the e2e
+    files first, then the larger units first. xdist's own order (by test count alone) left
+    the longest one-test e2e files, the README's commands and MiniLM mining (2-3 min each),
+    for last, one worker running them while the other sat idle."""
+    groups = {}
     for item in items:
         if str(item.path).startswith(E2E + os.sep):
             item.add_marker(pytest.mark.e2e)
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        mark = item.get_closest_marker("xdist_group")
+        if mark is None:
+            mark = pytest.mark.xdist_group(item.nodeid.split("::")[0])
+            item.add_marker(mark)
+        groups.setdefault(mark.args[0], []).append(item)
+    units = sorted(groups.values(), key=lambda unit: (
+        unit[0].get_closest_marker("e2e") is None, -len(unit)))
+    items[:] = [item for unit in units for item in unit]
 
 
 @pytest.fixture

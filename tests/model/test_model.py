@@ -15,7 +15,9 @@ SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "deberta", "none
 @pytest.mark.parametrize("position", SCHEMES)
 @pytest.mark.parametrize("norm", ["post_ln", "pre_ln"])
 def test_padding_changes_no_real_token(tiny_cfg, position, norm):
-    tiny_cfg.position, tiny_cfg.norm = position, norm
+    # one layer: every layer masks with the same mask and biases, so a leak shows in the
+    # first (the 14 cases, one process: 18.8 s -> 13.2 s)
+    tiny_cfg.position, tiny_cfg.norm, tiny_cfg.num_layers = position, norm, 1
     _, params = init_masked_lm(tiny_cfg)
     rng = np.random.default_rng(0)
     ids = random_ids(rng, 2, 10, tiny_cfg.vocab_size)

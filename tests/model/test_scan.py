@@ -66,6 +66,9 @@ def _random_params(cfg, seed=0):
     return init_masked_lm(cfg, seed=seed)[1]
 
 
+_UNROLLED = {}  # unrolled config (JSON) -> its loss, outputs and gradients
+
+
 @pytest.mark.parametrize("name", list(PATTERNS))
 def test_scanned_matches_unrolled_forward_and_gradients(tiny_cfg, name):
     unrolled, scanned = _pair(tiny_cfg, PATTERNS[name])
@@ -83,7 +86,14 @@ def test_scanned_matches_unrolled_forward_and_gradients(tiny_cfg, name):
     def run(cfg, enc_params):
         return jax.jit(jax.value_and_grad(lambda p: loss(cfg, p), has_aux=True))(enc_params)
 
-    (l0, (h0, s0)), g0 = run(unrolled, params["encoder"])
+    # Rematerialisation changes no value, so the remat patterns are held to the unrolled
+    # stack without remat: post_ln's reference, computed once (3 compiles fewer).
+    reference = unrolled.copy_and_resolve_references()
+    reference.remat = "none"
+    key = reference.to_json()
+    if key not in _UNROLLED:
+        _UNROLLED[key] = run(reference, params["encoder"])
+    (l0, (h0, s0)), g0 = _UNROLLED[key]
     (l1, (h1, s1)), g1 = run(scanned, stacked["encoder"])
     np.testing.assert_allclose(h1, h0, atol=1e-5, rtol=1e-5)
     assert s1.shape == s0.shape == (unrolled.num_layers + 1, 2, 16, unrolled.hidden_size)
