@@ -64,12 +64,9 @@ def main():
         time.sleep(2)
         t_signal = time.time()
         subprocess.run(["scancel", "--signal=TERM", job], env=env, check=True)
-        seen = {f"{job}_0"}
+        released = {}
         while "(restart 1)" not in open(log).read():
-            tasks = s2.wait_queued(job)
-            s2.release_requeued(job, {k: v for k, v in tasks.items()}, seen)
-            if tasks.get("0") in ("RUNNING",):
-                seen.add(f"{job}_0")
+            s2.release_requeued(job, s2.wait_queued(job), released)
             time.sleep(0.2)
         lines = open(log).read().splitlines()
         t_req = float(next(x.split()[0] for x in lines if "requeueing" in x))

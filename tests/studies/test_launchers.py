@@ -101,7 +101,13 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
     import json
     (tmp_path / "r1" / slurm.LAUNCH).write_text(json.dumps(
         {"launcher": "slurm", "job": "41", "index": 1}))  # submitted by the killed launcher
-    polls = {"41": [{"1": "RUNNING"}, {"1": "RUNNING"}, {"1": "PENDING"}, {}], "42": [{"0": "RUNNING"}, {}]}
+    Q = slurm.Queued
+    # r1 requeued (pending, restarted once: released once however many polls see it so);
+    # r0 pending before its first start (left alone), then requeued before any poll saw it
+    # run (released all the same: the restart count tells, not a transition between polls)
+    polls = {"41": [{"1": Q("RUNNING", 0)}, {"1": Q("PENDING", 1)}, {"1": Q("PENDING", 1)},
+                    {"1": Q("RUNNING", 1)}, {}],
+             "42": [{"0": Q("PENDING", 0)}, {"0": Q("PENDING", 1)}, {}]}
     submitted, ended, updates = [], [], []
 
     def queued(self, job):
@@ -114,7 +120,8 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
 
     monkeypatch.setattr(slurm.Slurm, "queued", queued)
     monkeypatch.setattr(slurm.Slurm, "submit", submit)
-    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: updates.append(cmd))
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: updates.append(cmd) or
+                        slurm.subprocess.CompletedProcess(cmd, 0))
     lines = []
     slurm.Slurm(poll_seconds=0.01, folder=str(tmp_path / "slurm")).run(
         runs, lambda r: ended.append(r.name), lines.append)
@@ -122,5 +129,6 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
     assert str(tmp_path / "r1") not in submitted[0]
     assert "r1 is already queued as job 41_1: waiting for it" in lines
     assert sorted(ended) == ["r0", "r1", "r2"]
-    # r1 ran and was pending again (requeued): made eligible at once
-    assert ["scontrol", "update", "JobId=41_1", "StartTime=now"] in updates
+    # each requeued task made eligible at once, once per restart; none before its first start
+    assert sorted(updates) == [["scontrol", "update", "JobId=41_1", "StartTime=now"],
+                       ["scontrol", "update", "JobId=42_0", "StartTime=now"]]

@@ -29,11 +29,18 @@ import shlex
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 from encoder.studies import records, runner
 
 LAUNCH = "launch.json"
 STOPPED = records.STOPPED
+
+
+class Queued(NamedTuple):
+    """One array task (or plain job) in squeue: its state and how often it restarted."""
+    state: str
+    restarts: int
 
 
 @dataclasses.dataclass
@@ -143,9 +150,11 @@ class Slurm:
         return out.stdout.strip().split(";")[0]
 
     def queued(self, job: str) -> dict | None:
-        """{array task id (or '' for a plain job): state} of the job's tasks still in the
-        queue (pending, running, requeued); None when squeue cannot answer."""
-        out = subprocess.run(["squeue", "-h", "-r", "-j", job, "-o", "%K %T"],
+        """{array task id (or '' for a plain job): Queued(state, restarts)} of the job's
+        tasks still in the queue (pending, running, requeued); None when squeue cannot
+        answer."""
+        out = subprocess.run(["squeue", "-h", "-r", "-j", job, "-O",
+                              "ArrayTaskID:24,State:24,RestartCnt:12"],
                              capture_output=True, text=True, env=self._env(), timeout=60)
         if out.returncode != 0:
             if "Invalid job id" in out.stderr:
@@ -153,9 +162,11 @@ class Slurm:
             return None
         tasks = {}
         for line in out.stdout.split("\n"):
-            if line.strip():
-                key, _, state = line.strip().partition(" ")
-                tasks["" if key in ("N/A", "4294967294") else key] = state
+            words = line.split()
+            if len(words) == 3:
+                key, state, restarts = words
+                tasks["" if key in ("N/A", "4294967294") else key] = Queued(
+                    state, int(restarts) if restarts.isdigit() else 0)
         return tasks
 
     def wait_queued(self, job: str, attempts: int = 5) -> dict:
@@ -224,27 +235,32 @@ class Slurm:
             return
         self.wait(waiting, on_exit)
 
-    def release_requeued(self, job: str, tasks: dict, seen: set) -> None:
-        """A task seen running and pending again was requeued: SLURM holds a requeued job
-        for two minutes (its EligibleTime is the requeue + 121 s in 22.05); make it
-        eligible now, so a preempted run resumes as soon as a node is free."""
-        for index, state in tasks.items():
+    def release_requeued(self, job: str, tasks: dict, released: dict) -> None:
+        """A pending task that has restarted (RestartCnt > 0) was requeued: SLURM holds a
+        requeued job for two minutes (its EligibleTime is the requeue + 121 s in 22.05);
+        make it eligible now, once per restart, so a preempted run resumes as soon as a
+        node is free. released: {job ref: the restart count released}, kept across polls.
+        (Read from the restart count, not from a RUNNING -> PENDING transition seen between
+        two polls: a job requeued seconds after it started is missed that way.)"""
+        for index, task in tasks.items():
             ref = f"{job}_{index}" if index else job
-            if state in ("RUNNING", "COMPLETING"):
-                seen.add(ref)
-            elif state == "PENDING" and ref in seen:
-                seen.discard(ref)
-                subprocess.run(["scontrol", "update", f"JobId={ref}", "StartTime=now"],
-                               capture_output=True, env=self._env(), timeout=60)
+            if task.state != "PENDING" or not task.restarts:
+                continue
+            if released.get(ref) == task.restarts:
+                continue
+            out = subprocess.run(["scontrol", "update", f"JobId={ref}", "StartTime=now"],
+                                 capture_output=True, env=self._env(), timeout=60)
+            if out.returncode == 0:
+                released[ref] = task.restarts
 
     def wait(self, waiting: dict, on_exit) -> None:
         """Polls squeue until every run's task has left the queue; on_exit as each does."""
-        seen: set = set()
+        released: dict = {}
         while waiting:
             jobs = {job for _, job, _ in waiting.values()}
             queued = {job: self.wait_queued(job) for job in jobs}
             for job, tasks in queued.items():
-                self.release_requeued(job, tasks, seen)
+                self.release_requeued(job, tasks, released)
             for name, (run, job, index) in list(waiting.items()):
                 if index not in queued[job]:
                     del waiting[name]
@@ -279,13 +295,13 @@ class Slurm:
             f" on {self.nodes} node{'s' if self.nodes > 1 else ''}); log: {run_log}")
         if self.detach:
             return 0
-        seen: set = set()
+        released: dict = {}
         while True:
             offset = _follow(run_log, offset, log)
             tasks = self.wait_queued(job)
             if "" not in tasks:
                 break
-            self.release_requeued(job, tasks, seen)
+            self.release_requeued(job, tasks, released)
             time.sleep(self.poll_seconds)
         _follow(run_log, offset, log)
         record = records.read_exit(workdir)
