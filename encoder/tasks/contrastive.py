@@ -135,8 +135,8 @@ class Contrastive(Task):
         Every side goes through the encoder in one call: row i's query, positive and
         negatives stacked as [B, 2 + K, T] and flattened batch-major (each device keeps its
         own rows under the batch sharding), so the program holds one copy of the encoder
-        (and, under cache_chunk, one checkpointed map) instead of one per side: compiles
-        about a third as long with negatives. One dropout key serves all the rows."""
+        (and, under cache_chunk, one checkpointed map) instead of one per side (the MiniLM
+        mining e2e test: 27.0 -> 18.6 s, BUILD_NOTES). One dropout key serves all the rows."""
         chunk = 0 if deterministic else self.options.cache_chunk
         rng = (rngs or {}).get("dropout")
         sides = ["a", "b"] + (["n"] if "n_input_ids" in batch else [])

@@ -131,4 +131,4 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
     assert sorted(ended) == ["r0", "r1", "r2"]
     # each requeued task made eligible at once, once per restart; none before its first start
     assert sorted(updates) == [["scontrol", "update", "JobId=41_1", "StartTime=now"],
-                       ["scontrol", "update", "JobId=42_0", "StartTime=now"]]
+                               ["scontrol", "update", "JobId=42_0", "StartTime=now"]]
