@@ -27,8 +27,8 @@ def run():
     if FLAGS.config is None:
         raise app.UsageError("--mode=compile needs --config=experiments/NAME.py[:arg]")
     if FLAGS.topology and FLAGS.devices:
-        raise app.UsageError("--topology (TPU chips) and --devices (simulated CPU devices) "
-                             "are two targets: give one")
+        raise app.UsageError("--topology (TPU chips or GPUs) and --devices (simulated CPU "
+                             "devices) are two targets: give one")
     from encoder.train import compile_report
     row = compile_report.compile_report(
         experiment_config(), FLAGS.unrolled_flops, topology=FLAGS.topology,

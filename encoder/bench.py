@@ -83,8 +83,10 @@ def define_flags():
                          lower_bound=0)
     flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
                       "override model.scan_layers")
-    flags.DEFINE_string("topology", "", "compile: a TPU topology to compile for on this machine "
-                        "with libtpu (v5e:2x2, v5p:4x4x4, v6e:8x8, v4:2x2x1); empty: --devices")
+    flags.DEFINE_string("topology", "", "compile: a TPU topology (libtpu: v5e:2x2, v5p:4x4x4, "
+                        "v6e:8x8, v4:2x2x1) or a GPU node (XLA's CUDA compiler: h100:8, "
+                        "h100:2x8 = 2 hosts of 8, a100:8, h200:8) to compile for on this "
+                        "machine; empty: --devices")
     flags.DEFINE_integer("num_slices", 1, "compile: slices of --topology joined over DCN",
                          lower_bound=1)
     flags.DEFINE_enum("job", "pretrain", ["pretrain", "finetune"],

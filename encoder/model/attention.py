@@ -10,14 +10,16 @@ one:
   xla         jax.nn.dot_product_attention on XLA    dense [B, 1, T, T] mask, folded into the bias
   reference   einsums, float32 softmax               dense mask; attention dropout; tests' reference
   cudnn       cuDNN via jax.nn.dot_product_attention key lengths for right padding; documents
-                                                     as cuDNN segment offsets (GPU); a dense
-                                                     mask for the (bidirectional) window
+                                                     as cuDNN segment offsets (Hopper GPUs);
+                                                     a (bidirectional) window on local blocks
   splash      Pallas TPU splash attention            segment ids + a block-sparse local mask
   pallas_gpu  Pallas Triton flash attention (mha)    segment ids (no window, no bias)
   auto        TPU: splash; GPU: cudnn (bf16/fp16, K <= 128); else xla; each where it can serve
 
 The platform (native kernel or interpret mode, and `auto`'s choice) is the one the step
-is compiled for: the mesh's devices (encoder/model/sharding.py), not the host's. The Pallas
+is compiled for: the mesh's devices (encoder/model/sharding.py), not the host's; so is a
+GPU's compute capability, which jax's own cuDNN checks would read from the host
+(`cudnn_checks_for_target`). The Pallas
 kernels (and cuDNN's packed call) run inside shard_map over the mesh's batch axes.
 
 A layer a backend cannot serve (an additive position bias, attention dropout,
@@ -36,6 +38,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import importlib
 from typing import Any
 
 from absl import logging
@@ -134,14 +137,58 @@ def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
         # cuDNN takes the bias in the compute dtype; XLA adds a float32 bias to its float32
         # logits, so ALiBi/T5/DeBERTa offsets keep their precision under bf16 compute.
         bias = bias.astype(q.dtype)
-    _took("cudnn" if impl == "cudnn" else "xla")  # None: jax.nn's default, XLA
-    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
+    _took("cudnn" if impl == "cudnn" else "xla",
+          "dense mask" if mask is not None or bias is not None else "")
+    with cudnn_checks_for_target():
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
+
+
+HOPPER = (9, 0)
+
+
+def cudnn_head_dim_limit() -> int:
+    """cuDNN flash attention's largest head dim on the target: 256 from Hopper, else 128."""
+    cap = sharding.target_capability()
+    return 256 if cap is not None and cap >= HOPPER else 128
 
 
 def _cudnn_usable(q, bias) -> bool:
-    """cuDNN flash attention: NVIDIA GPU (the target's), half precision, head dim <= 128."""
+    """cuDNN flash attention: NVIDIA GPU (the target's), half precision, head dim within the
+    target's limit and a multiple of 8."""
+    del bias
     return (sharding.target_platform() == "gpu" and q.dtype in (jnp.bfloat16, jnp.float16)
-            and q.shape[-1] <= 128 and q.shape[-1] % 8 == 0)
+            and q.shape[-1] <= cudnn_head_dim_limit() and q.shape[-1] % 8 == 0)
+
+
+@contextlib.contextmanager
+def cudnn_checks_for_target():
+    """jax's cuDNN wrapper asks the host's backend for the GPU's compute capability and
+    cuDNN version. Compiling for a GPU on a machine without one (the compile report), the
+    host is a CPU: Hopper-only layouts (packed documents, head dim 256) are refused for an
+    H100 target. Inside this block those checks read the target's capability
+    (sharding.target_capability) and the CUDA compiler's own cuDNN; on a GPU host, and off
+    a GPU target, nothing changes."""
+    cap = sharding.target_capability()
+    if cap is None or jax.default_backend() == "gpu":
+        yield
+        return
+    from jax._src.cudnn import fused_attention_stablehlo as fmha  # private: the checks
+
+    def parse(text):
+        major, _, minor = text.partition(".")
+        return int(major), int(minor or 0)
+    versions = importlib.import_module("jax_cuda12_plugin._versions")
+    names = ("check_compute_capability", "is_cuda_compute_capability_equal",
+             "check_cudnn_version")
+    saved = {n: getattr(fmha, n) for n in names}
+    fmha.check_compute_capability = lambda c: cap >= parse(c)
+    fmha.is_cuda_compute_capability_equal = lambda c: cap == parse(c)
+    fmha.check_cudnn_version = versions.cudnn_get_version
+    try:
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(fmha, n, f)
 
 
 # ---- backends: each one a runner and the reasons it cannot serve a layer ----
@@ -149,6 +196,8 @@ def _cudnn_usable(q, bias) -> bool:
 _NOTED: set[str] = set()  # messages already logged: a fallback is said once, not per layer
 _RECORDERS: list[list[str]] = []  # open `recording()` blocks: each collects every message
 _RAN: list[collections.Counter] = []  # open `paths_taken()` blocks: each counts the paths
+_LAYERS: list[dict] = []  # open `layer_paths()` blocks: layer kind -> {path: calls}
+_LAYER_KIND: list[str] = []  # the kind of the layer being dispatched ("global", "local 128")
 
 
 def _note_once(message: str) -> None:
@@ -173,13 +222,40 @@ def recording():
         _RECORDERS.remove(notes)
 
 
-def _took(path: str) -> None:
+def _took(path: str, how: str = "") -> None:
     """Says which kernel one attention call is compiled to, at the point it is dispatched
     (trace time): "splash", "pallas_gpu", "cudnn", "xla", "reference", a Pallas kernel in
     interpret mode as "splash (interpret)", attention dropout's einsum path as
-    "reference (attention dropout)"."""
+    "reference (attention dropout)". `how` details the call for `layer_paths` ("packed
+    segments", "local blocks", "dense mask")."""
     for counter in _RAN:
         counter[path] += 1
+    kind = _LAYER_KIND[-1] if _LAYER_KIND else "global"
+    for layers in _LAYERS:
+        entry = f"{path} ({how})" if how else path
+        layers.setdefault(kind, collections.Counter())[entry] += 1
+
+
+@contextlib.contextmanager
+def layer_paths():
+    """{layer kind: {path (detail): calls traced}} for the attention traced inside the block:
+    which kernel each kind of layer (global; local with its window) took. The compile
+    report's `attention_layers`."""
+    layers: dict = {}
+    _LAYERS.append(layers)
+    try:
+        yield layers
+    finally:
+        _LAYERS.remove(layers)
+
+
+@contextlib.contextmanager
+def _layer_kind(window: int):
+    _LAYER_KIND.append(f"local {window}" if window else "global")
+    try:
+        yield
+    finally:
+        _LAYER_KIND.pop()
 
 
 @contextlib.contextmanager
@@ -248,8 +324,83 @@ def _run_xla(q, k, v, bias, pattern):
 
 
 def _run_dense(q, k, v, bias, pattern):
-    """The fallback: the dense mask through fused_attention's own choice (cuDNN or XLA)."""
+    """The fallback: fused_attention's own choice (cuDNN on a GPU, else XLA) on the dense
+    mask, or on local blocks for a sliding-window layer (no T x T mask)."""
+    if bias is None and local_blocks_apply(q.shape[1], pattern.window):
+        impl = "cudnn" if _cudnn_usable(q, bias) else "xla"
+        return local_block_attention(q, k, v, pattern, impl)
     return fused_attention(q, k, v, bias, pattern.dense(q.shape[1]), "auto")
+
+
+LOCAL_BLOCK_MULTIPLE = 64
+
+
+def local_block_size(window: int) -> int:
+    """Query block of the blocked sliding window: the half window rounded up to a multiple
+    of 64, so a block's keys (its own block and both neighbours) cover every query's window."""
+    half = window // 2
+    return max(LOCAL_BLOCK_MULTIPLE, -(-half // LOCAL_BLOCK_MULTIPLE) * LOCAL_BLOCK_MULTIPLE)
+
+
+def local_blocks_apply(length: int, window: int) -> bool:
+    """Blocks pay where T holds at least 4 of them (3 blocks of keys per query block, against
+    T keys dense) and divides into them."""
+    if not window:
+        return False
+    block = local_block_size(window)
+    return length % block == 0 and length >= 4 * block
+
+
+def _neighbours(x, fill):
+    """[B, n, C, ...] -> [B, n, 3C, ...]: each block beside the block before and after it
+    (`fill` past the row's ends)."""
+    pad = [(0, 0), (1, 1)] + [(0, 0)] * (x.ndim - 2)
+    xp = jnp.pad(x, pad, constant_values=fill)
+    return jnp.concatenate([xp[:, :-2], xp[:, 1:-1], xp[:, 2:]], axis=2)
+
+
+def local_block_mask(pattern: AttentionPattern, batch: int, length: int) -> jnp.ndarray:
+    """[B, n, 1, C, 3C] boolean mask of the blocked sliding window: |i - j| <= window // 2,
+    keys real and of the query's document, as make_mask says, except that every query
+    also reads itself (a padded query would otherwise read nothing: a fully masked row's
+    softmax is not finite in every kernel; its output is never read)."""
+    block = local_block_size(pattern.window)
+    n = length // block
+    qpos = jnp.arange(length).reshape(n, block)                                   # [n, C]
+    kpos = (jnp.arange(-block, 2 * block)[None] + block * jnp.arange(n)[:, None])  # [n, 3C]
+    mask = ((jnp.abs(qpos[:, :, None] - kpos[:, None, :]) <= pattern.window // 2)
+            & (kpos[:, None, :] >= 0) & (kpos[:, None, :] < length))[None]         # [1, n, C, 3C]
+    if pattern.padding is not None:
+        real = _neighbours(pattern.padding.astype(bool).reshape(batch, n, block), False)
+        mask = mask & real[:, :, None, :]
+    if pattern.documents is not None:
+        docs = pattern.documents.astype(jnp.int32).reshape(batch, n, block)
+        mask = mask & (docs[:, :, :, None] == _neighbours(docs, -1)[:, :, None, :])
+    mask = mask | (qpos[:, :, None] == kpos[:, None, :])[None]
+    return jnp.broadcast_to(mask, (batch, n, block, 3 * block))[:, :, None]
+
+
+def local_block_attention(q, k, v, pattern: AttentionPattern, implementation: str):
+    """A bidirectional sliding-window layer (ModernBERT's local layers) as attention within
+    blocks: queries in blocks of C >= window / 2, each reading its own and the neighbouring
+    blocks' 3C keys under local_block_mask. Memory and work O(T * 3C), not O(T^2); the
+    attention itself is a fused kernel call (cuDNN on a GPU, whose own sliding window is
+    causal-only) over B * T / C short rows."""
+    batch, length, heads, head_dim = q.shape
+    block = local_block_size(pattern.window)
+    n = length // block
+
+    def blocks(x):  # [B, T, H, K] -> [B, n, C, H, K]
+        return x.reshape(batch, n, block, heads, head_dim)
+    qb = blocks(q).reshape(batch * n, block, heads, head_dim)
+    kb, vb = (_neighbours(blocks(x), 0).reshape(batch * n, 3 * block, heads, head_dim)
+              for x in (k, v))
+    mask = local_block_mask(pattern, batch, length).reshape(batch * n, 1, block, 3 * block)
+    _took(implementation, "local blocks")
+    with cudnn_checks_for_target():
+        out = jax.nn.dot_product_attention(qb, kb, vb, mask=mask,
+                                           implementation=implementation)
+    return out.reshape(batch, length, heads, head_dim)
 
 
 def _run_reference(q, k, v, bias, pattern):
@@ -290,18 +441,20 @@ def cudnn_packed_segments(pattern: AttentionPattern, length: int):
 def _cudnn_packed(q, k, v, pattern):
     """cuDNN flash attention on packed rows, documents as segment offsets (no T x T mask).
 
-    A GPU-only call (it needs cuDNN >= 9 at trace time), so it runs only when the step is
-    compiled for a GPU, inside the batch shard_map like the Pallas kernels.
+    A GPU-only call (it needs cuDNN >= 9 and a Hopper GPU: the target's capability, see
+    cudnn_checks_for_target), so it runs only when the step is compiled for one, inside the
+    batch shard_map like the Pallas kernels.
     """
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_fmha  # private: packed layout
 
     def one(q, k, v, padding, documents):
         seqlens, offsets = cudnn_packed_segments(AttentionPattern(padding, documents),
                                                  q.shape[1])
-        return cudnn_fmha.dot_product_attention(
-            q, k, v, q_seqlen=seqlens, kv_seqlen=seqlens, q_offsets=offsets,
-            kv_offsets=offsets, scale=q.shape[-1] ** -0.5,
-            mask_type=cudnn_fmha.MaskType.PADDING, qkv_layout="BTNH")
+        with cudnn_checks_for_target():
+            return cudnn_fmha.dot_product_attention(
+                q, k, v, q_seqlen=seqlens, kv_seqlen=seqlens, q_offsets=offsets,
+                kv_offsets=offsets, scale=q.shape[-1] ** -0.5,
+                mask_type=cudnn_fmha.MaskType.PADDING, qkv_layout="BTNH")
     ref = pattern.padding if pattern.padding is not None else pattern.documents
     padding = pattern.padding if pattern.padding is not None else jnp.ones(ref.shape, jnp.int32)
     documents = (pattern.documents if pattern.documents is not None
@@ -314,11 +467,13 @@ def _run_cudnn(q, k, v, bias, pattern):
 
     Right padding goes in as key lengths, with no mask tensor (the data pipelines and
     tokenizers here pad on the right). Packed documents (no bias, no window) go in as
-    cuDNN's segment offsets when compiled for a GPU (`_cudnn_packed`). Its sliding window
-    is causal-only (left window), so local layers, and packed rows with an additive bias,
-    still pass a dense mask; that is noted once (the compile report lists it). Off a GPU
-    the same jax.nn.dot_product_attention call runs on XLA, so CPU tests check the
-    arguments (and cudnn_packed_segments is checked against make_mask).
+    cuDNN's segment offsets where the target GPU is a Hopper or later (`_cudnn_packed`).
+    cuDNN's own sliding window is causal-only, so a (bidirectional) local layer runs on
+    blocks of the row (local_block_attention: the kernel over short rows, an O(T) mask).
+    What is left (packed rows before Hopper, an additive bias with documents or a window)
+    passes a dense [B, 1, T, T] mask; that is noted once (the compile report lists it).
+    Off a GPU the same calls run on XLA, so CPU tests check the arguments (and
+    cudnn_packed_segments is checked against make_mask).
     """
     length = q.shape[1]
     target = sharding.target_platform()
@@ -326,36 +481,49 @@ def _run_cudnn(q, k, v, bias, pattern):
     if implementation == "xla":
         _note_once(f"attention_impl=cudnn compiled for {target}: no cuDNN there; the same "
                    "jax.nn.dot_product_attention call runs on XLA")
-    _took(implementation)
-    if (implementation == "cudnn" and pattern.documents is not None and not pattern.window
-            and bias is None):
-        return _cudnn_packed(q, k, v, pattern)
+    if bias is None and local_blocks_apply(length, pattern.window):
+        return local_block_attention(q, k, v, pattern, implementation)
+    if implementation == "cudnn" and pattern.documents is not None and not pattern.window \
+            and bias is None:
+        cap = sharding.target_capability()
+        if cap is not None and cap >= HOPPER:
+            _took(implementation, "packed segments")
+            return _cudnn_packed(q, k, v, pattern)
+        _note_once(f"attention_impl=cudnn: cuDNN's packed layout needs compute capability "
+                   f"9.0 (Hopper); the target has {cap}: packed documents pass a dense "
+                   "[B, 1, T, T] mask")
     mask = lengths = None
     if pattern.documents is not None or pattern.window:
-        _note_once("attention_impl=cudnn: a local window (cuDNN's is causal-only) or packed "
-                   "documents with an additive bias (or off a GPU) pass a dense [B, 1, T, T] "
-                   "mask")
+        if pattern.window or bias is not None:
+            _note_once("attention_impl=cudnn: a local window off its blocks (T not a multiple "
+                       "of the block, or under 4 blocks) or packed documents with an additive "
+                       "bias pass a dense [B, 1, T, T] mask")
         mask = pattern.dense(length)
     elif pattern.padding is not None:
         # >= 1: an all-padding row keeps one key (finite; its outputs are never read)
         lengths = jnp.maximum(jnp.sum(pattern.padding.astype(jnp.int32), axis=-1), 1)  # [B]
     if bias is not None:
         bias = bias.astype(q.dtype)
-    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
-                                        key_value_seq_lengths=lengths,
-                                        implementation=implementation)
+    _took(implementation, "dense mask" if mask is not None or bias is not None
+          else ("key lengths" if lengths is not None else ""))
+    with cudnn_checks_for_target():
+        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
+                                            key_value_seq_lengths=lengths,
+                                            implementation=implementation)
 
 
 def _refuse_cudnn(q, bias, pattern) -> str | None:
-    """cuDNN flash attention needs half precision and a head dim <= 128, a multiple of 8."""
+    """cuDNN flash attention needs half precision and a head dim within the target's limit
+    (256 from Hopper, else 128), a multiple of 8."""
     del bias, pattern
     if sharding.target_platform() != "gpu":
         return None  # emulated on XLA: any dtype
     if q.dtype not in (jnp.bfloat16, jnp.float16):
         return f"cuDNN flash attention needs bfloat16 or float16, got {q.dtype}"
-    if q.shape[-1] > 128 or q.shape[-1] % 8:
-        return (f"cuDNN flash attention needs a head dim <= 128 and a multiple of 8, "
-                f"got {q.shape[-1]}")
+    limit = cudnn_head_dim_limit()
+    if q.shape[-1] > limit or q.shape[-1] % 8:
+        return (f"cuDNN flash attention needs a head dim <= {limit} on this GPU and a multiple "
+                f"of 8, got {q.shape[-1]}")
     return None
 
 
@@ -505,14 +673,15 @@ def attend(q, k, v, bias=None, pattern: AttentionPattern | None = None,
     is logged once: never a silently different computation.
     """
     pattern = AttentionPattern() if pattern is None else pattern
-    name = choose_backend(implementation, q, bias, pattern)
-    backend = ATTENTION_BACKENDS[name]
-    reason = backend.refuse(q, bias, pattern)
-    if reason is not None:
-        _note_once(f"attention_impl={name} cannot serve this layer: {reason}; "
-                   "falling back to the dense-mask path")
-        return _run_dense(q, k, v, bias, pattern)
-    return backend.run(q, k, v, bias, pattern)
+    with _layer_kind(pattern.window):
+        name = choose_backend(implementation, q, bias, pattern)
+        backend = ATTENTION_BACKENDS[name]
+        reason = backend.refuse(q, bias, pattern)
+        if reason is not None:
+            _note_once(f"attention_impl={name} cannot serve this layer: {reason}; "
+                       "falling back to the dense-mask path (local blocks for a window)")
+            return _run_dense(q, k, v, bias, pattern)
+        return backend.run(q, k, v, bias, pattern)
 
 
 class SelfAttention(nn.Module):
@@ -564,7 +733,8 @@ class SelfAttention(nn.Module):
                            f"attention_impl={cfg.attention_impl} uses the dense reference path "
                            "while dropout is active")
             drop = nn.Dropout(cfg.attention_dropout)
-            _took("reference (attention dropout)")
+            with _layer_kind(pattern.window):
+                _took("reference (attention dropout)")
             out = reference_attention(q, k, v, bias, pattern.dense(q.shape[1]),
                                       dropout=lambda p: drop(p, deterministic=False))
         else:

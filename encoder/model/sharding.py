@@ -29,6 +29,8 @@ from jax.sharding import PartitionSpec as P
 
 
 _RULES: contextvars.ContextVar[tuple] = contextvars.ContextVar("logical_rules", default=())
+_CAPABILITY: contextvars.ContextVar[str | None] = contextvars.ContextVar("capability",
+                                                                        default=None)
 
 
 @contextlib.contextmanager
@@ -39,6 +41,30 @@ def logical_rules(rules):
         yield
     finally:
         _RULES.reset(token)
+
+
+@contextlib.contextmanager
+def target_device(device):
+    """The device the step is compiled for (the mesh's first), whose CUDA compute capability
+    the GPU kernels are chosen by: a GPU compiled for on a CPU machine has no host backend
+    to ask (jax's own cuDNN checks read the host's)."""
+    token = _CAPABILITY.set(getattr(device, "compute_capability", None))
+    try:
+        yield
+    finally:
+        _CAPABILITY.reset(token)
+
+
+def target_capability() -> tuple[int, int] | None:
+    """The target GPU's compute capability, e.g. (9, 0); None off a GPU. Read from the
+    compiled-for device (target_device), else from the host's first GPU."""
+    text = _CAPABILITY.get()
+    if text is None and target_platform() == "gpu" and jax.default_backend() == "gpu":
+        text = getattr(jax.devices()[0], "compute_capability", None)
+    if not text or target_platform() != "gpu":
+        return None
+    major, _, minor = str(text).partition(".")
+    return int(major), int(minor or 0)
 
 
 def current_mesh():

@@ -19,9 +19,12 @@ class Chip:
     peak_flops: float        # dense bf16 FLOP/s
     hbm_bandwidth: float     # bytes/s
     ici_bandwidth: float     # bytes/s, bidirectional, per chip
-    dcn_bandwidth: float     # bytes/s per chip across slices
+    dcn_bandwidth: float     # bytes/s per chip across slices (GPUs: across hosts)
     source: str
+    interconnect: str = "ICI within a slice / DCN across slices"
 
+
+_GPU_LINKS = "NVLink within a host / InfiniBand across hosts"
 
 CHIPS: dict[str, Chip] = {
     # https://cloud.google.com/tpu/docs/v5e: 197 TFLOPs bf16, 16 GB HBM2 at 819 GBps,
@@ -41,11 +44,19 @@ CHIPS: dict[str, Chip] = {
     "v4": Chip("TPU v4", 32 * GiB, 275e12, 1200 * GB, 300 * GB, 50e9 / 8,
                "https://cloud.google.com/tpu/docs/v4 (ICI, DCN recalled)"),
     # NVIDIA H100 SXM datasheet: 989 TFLOPs dense bf16, 80 GB HBM3 at 3.35 TB/s, NVLink
-    # 900 GB/s; H200: 141 GB HBM3e at 4.8 TB/s, same compute and NVLink.
+    # 900 GB/s; H200: 141 GB HBM3e at 4.8 TB/s, same compute and NVLink. Across hosts: one
+    # 400 Gb/s InfiniBand NDR port per GPU (an HGX H100 node's 8 ConnectX-7; recalled).
     "h100": Chip("NVIDIA H100", 80 * GB, 989e12, 3.35e12, 900 * GB, 400e9 / 8,
-                 "https://www.nvidia.com/en-us/data-center/h100/"),
+                 "https://www.nvidia.com/en-us/data-center/h100/ (InfiniBand recalled)",
+                 _GPU_LINKS),
     "h200": Chip("NVIDIA H200", 141 * GB, 989e12, 4.8e12, 900 * GB, 400e9 / 8,
-                 "https://www.nvidia.com/en-us/data-center/h200/"),
+                 "https://www.nvidia.com/en-us/data-center/h200/ (InfiniBand recalled)",
+                 _GPU_LINKS),
+    # A100 SXM 80GB datasheet: 312 TFLOPs dense bf16, 2,039 GB/s HBM2e, NVLink 600 GB/s;
+    # one 200 Gb/s InfiniBand HDR port per GPU (a DGX A100's 8 ConnectX-6; recalled).
+    "a100": Chip("NVIDIA A100", 80 * GB, 312e12, 2.039e12, 600 * GB, 200e9 / 8,
+                 "https://www.nvidia.com/en-us/data-center/a100/ (InfiniBand recalled)",
+                 _GPU_LINKS),
 }
 
 

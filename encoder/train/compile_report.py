@@ -25,7 +25,7 @@ import numpy as np
 from encoder import errors
 from encoder.model import attention, scan
 from encoder.objectives import pretraining
-from encoder.train import chips, flops, optimizer, partitioning, trainer as trainer_lib
+from encoder.train import chips, flops, optimizer, partitioning, targets, trainer as trainer_lib
 
 JOBS = ("pretrain", "finetune")
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -37,33 +37,9 @@ KERNEL_TARGETS = {"mosaic": "tpu_custom_call", "triton": "__gpu$xla.gpu.triton",
 # ------------------------------------------------------------------ devices
 
 def topology_devices(topology: str, num_slices: int = 1) -> list:
-    """The chips of a TPU topology ('v5e:2x2', 'v5p:4x4x4', 'v6e:8x8') as abstract devices,
-    compiled for by libtpu on a machine without a TPU. A single chip ('v5e:1x1') names its
-    host bounds (libtpu's default host is 2x2)."""
-    try:
-        import libtpu  # noqa: F401
-    except ImportError as e:
-        raise errors.UsageError(f"--topology={topology} compiles with libtpu, which is not "
-                                "installed: pip install -r requirements-test.txt (it pins "
-                                "libtpu to jax's version)") from e
-    if num_slices < 1:
-        raise errors.UsageError(f"--num_slices={num_slices}: expected 1 or more")
-    # Several processes may compile at once (tests, a fit sweep); libtpu's lock file is for
-    # processes that own real chips, which a compile-only client does not.
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    from jax.experimental import topologies
-    kwargs = {}
-    dims = topology.split(":")[-1].split("x")
-    if all(d == "1" for d in dims):
-        kwargs["chips_per_host_bounds"] = (1, 1, 1)
-    try:
-        desc = topologies.get_topology_desc(platform="tpu", topology_name=topology,
-                                            num_slices=num_slices, **kwargs)
-    except jax.errors.JaxRuntimeError as e:  # libtpu's INVALID_ARGUMENT: a name it cannot read
-        text = str(e).split("INVALID_ARGUMENT:")[-1].strip()
-        raise errors.UsageError(f"--topology={topology}: {text} (a TPU generation and its "
-                                "chips, e.g. v5e:2x2, v5p:2x2x2, v6e:4x4)") from None
-    return list(desc.devices)
+    """The abstract devices of a TPU topology ('v5e:2x2') or a GPU node ('h100:8',
+    'h100:2x8'): encoder.train.targets."""
+    return targets.devices(topology, num_slices)
 
 
 # ------------------------------------------------------------------ the step
@@ -115,11 +91,18 @@ def _finetune_pieces(config, task_name: str, mesh):
     return init_params, loss_fn, batch
 
 
+class StepCompile(collections.namedtuple("StepCompile", "compiled abstract shardings mesh "
+                                         "seconds ran layers")):
+    """compile_step's result: the executable, the abstract state and its shardings, the
+    mesh, (lower s, compile s), the attention paths the step's trace took
+    (attention.describe_paths) and per layer kind ({"global": {"cudnn (packed segments)":
+    n}, "local 128": {...}}: attention.layer_paths). The init's forward pass, traced for
+    the shapes, is not the step and is not counted."""
+
+
 def compile_step(config, devices=None, job: str = "pretrain", task: str | None = None):
     """The train step lowered and compiled for config's shapes, from shapes alone (no
-    parameter is allocated): (compiled, abstract state, shardings, mesh, (lower s, compile s),
-    the attention paths the step's trace took (attention.describe_paths; the init's
-    forward pass, traced for the shapes, is not the step and is not counted))."""
+    parameter is allocated): a StepCompile."""
     if job not in JOBS:
         raise ValueError(f"job must be one of {JOBS}, got {job!r}")
     mesh = partitioning.make_mesh(config.mesh, devices)
@@ -139,12 +122,13 @@ def compile_step(config, devices=None, job: str = "pretrain", task: str | None =
                          abstract, shardings)
     rng = jax.eval_shape(lambda: jax.random.key(0))
     t0 = time.perf_counter()
-    with attention.paths_taken() as paths:
+    with attention.paths_taken() as paths, attention.layer_paths() as layers:
         lowered = step.lower(state, batch, rng)
     t1 = time.perf_counter()
     compiled = lowered.compile()
-    return (compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1),
-            attention.describe_paths(paths))
+    return StepCompile(compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1),
+                       attention.describe_paths(paths),
+                       {kind: dict(paths) for kind, paths in sorted(layers.items())})
 
 
 # ------------------------------------------------------------------ reading the program
@@ -247,7 +231,52 @@ def _multiplicities(comps: dict, entry: str) -> dict:
     return mult
 
 
-def program_contents(hlo: str) -> dict:
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]"
+                          r"(?:,\s*device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))?"
+                          r"\s*\{([^}]*)\}")
+_LIST_GROUPS = re.compile(r"replica_groups=\{((?:\{[\d,]*\},?)*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+
+
+def _iota(dims, perm, n):
+    ids = np.arange(n).reshape(dims) if dims else np.arange(n)
+    return ids.transpose(perm) if perm else ids
+
+
+def replica_groups(line: str, num_devices: int) -> list[list[int]] | None:
+    """The device groups of a collective's HLO line (logical ids: positions in the program's
+    device assignment), from any of the three forms XLA prints: explicit lists
+    `{{0,1},{2,3}}`, iota `[2,4]<=[8]` (optionally transposed), and the mesh form
+    `mesh['axis_0'=8,'axis_1'=2], device_ids=([2,8]T(1,0)) {'axis_0'}` (a group: the devices
+    that differ only along the named axes). None where the line names none."""
+    m = _MESH_GROUPS.search(line)
+    if m:
+        axes = re.findall(r"'([^']+)'=(\d+)", m.group(1))
+        sizes = [int(v) for _, v in axes]
+        n = int(np.prod(sizes))
+        ids = (_iota([int(d) for d in m.group(2).split(",")],
+                     [int(d) for d in m.group(3).split(",")] if m.group(3) else None, n)
+               if m.group(2) else np.arange(n)).reshape(-1).reshape(sizes)
+        over = [i for i, (name, _) in enumerate(axes) if f"'{name}'" in m.group(4)]
+        rest = [i for i in range(len(axes)) if i not in over]
+        grouped = ids.transpose(rest + over).reshape(-1, int(np.prod([sizes[i] for i in over]
+                                                                      or [1])))
+        return grouped.tolist()
+    m = _IOTA_GROUPS.search(line)
+    if m:
+        groups, size = int(m.group(1)), int(m.group(2))
+        dims = [int(d) for d in m.group(3).split(",")]
+        perm = [int(d) for d in m.group(4).split(",")] if m.group(4) else None
+        return _iota(dims, perm, groups * size).reshape(groups, size).tolist()
+    m = _LIST_GROUPS.search(line)
+    if m:
+        groups = [[int(x) for x in g.split(",") if x] for g in re.findall(r"\{([\d,]*)\}",
+                                                                          m.group(1))]
+        return [g for g in groups if g] or [list(range(num_devices))]
+    return None
+
+
+def program_contents(hlo: str, process_of: list[int] | None = None) -> dict:
     """Collectives (count and bytes per kind) and attention kernel custom calls in an
     optimized HLO module, each weighted by its computation's runs per step.
 
@@ -256,11 +285,15 @@ def program_contents(hlo: str) -> dict:
     once. An async pair counts once (a -start's tuple is skipped). The TPU compiler writes
     a reduce-scatter as an all-reduce inside an `all-reduce-scatter` fusion: it is counted
     as a reduce-scatter. Bytes are the full (unsharded) operand's: an all-gather's result,
-    a reduce-scatter's input.
+    a reduce-scatter's input (the GPU compiler's reduce-scatter gives its output shard:
+    times the group's size).
+
+    process_of (logical device id -> host) splits out, as `collectives_cross_host`, the
+    collectives whose groups span hosts (InfiniBand on a GPU cluster, not NVLink).
     """
     comps, entry = _computations(hlo)
     mult = _multiplicities(comps, entry)
-    seen = {}  # (kind, channel or instruction) -> (runs, bytes)
+    seen = {}  # (kind, channel or instruction) -> (runs, bytes, crosses hosts)
     kernels = {k: 0 for k in KERNEL_TARGETS}
     for name, lines in comps.items():
         runs = mult.get(name, 0)
@@ -277,38 +310,81 @@ def program_contents(hlo: str) -> dict:
                         and name.startswith("all-reduce-scatter") else base)
                 channel = re.search(r"channel_id=(\d+)", line)
                 key = (kind, channel.group(1) if channel else f"{name}/{line.split('=')[0]}")
-                old_runs, nbytes = seen.get(key, (0, shape_bytes(shape)))
-                seen[key] = (max(old_runs, runs), nbytes)
+                groups = replica_groups(line, len(process_of or ()))
+                nbytes = shape_bytes(shape)
+                if base == "reduce-scatter" and groups:
+                    nbytes *= len(groups[0])
+                crosses = bool(process_of and groups and any(
+                    len({process_of[i] for i in g if i < len(process_of)}) > 1 for g in groups))
+                old_runs, nbytes, crosses = seen.get(key, (0, nbytes, crosses))
+                seen[key] = (max(old_runs, runs), nbytes, crosses)
             if opcode == "custom-call":
                 for family, target in KERNEL_TARGETS.items():
                     if f'custom_call_target="{target}' in line:
                         kernels[family] += runs
     coll = {k: {"count": 0, "bytes": 0} for k in COLLECTIVES}
-    for (kind, _), (runs, nbytes) in seen.items():
-        coll[kind]["count"] += runs
-        coll[kind]["bytes"] += runs * nbytes
-    return {"collectives": coll, "attention_kernels": kernels}
+    cross = {k: {"count": 0, "bytes": 0} for k in COLLECTIVES}
+    for (kind, _), (runs, nbytes, crosses) in seen.items():
+        for table in (coll, cross) if crosses else (coll,):
+            table[kind]["count"] += runs
+            table[kind]["bytes"] += runs * nbytes
+    out = {"collectives": coll, "attention_kernels": kernels, **largest_buffer(comps)}
+    if process_of is not None:
+        out["collectives_cross_host"] = cross
+    return out
+
+
+_NOT_A_BUFFER = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant",
+                 "after-all", "partition-id", "replica-id"}
+
+
+def largest_buffer(comps: dict) -> dict:
+    """The largest value the program materialises (an instruction outside fusion bodies,
+    whose intermediates live in registers): its bytes, shape and op. A packed batch
+    whose attention builds a T x T mask or score shows it here, whatever the total."""
+    fused = {t for lines in comps.values() for line in lines if " fusion(" in line
+             for t in re.findall(r"calls=%?([\w.\-]+)", line)}
+    best = (0, "", "")
+    for name, lines in comps.items():
+        if name in fused:
+            continue
+        for line in lines:
+            op = _INSTRUCTION.match(line)
+            if not op or op.group(2) in _NOT_A_BUFFER or op.group(2).endswith("-done"):
+                continue
+            nbytes = shape_bytes(op.group(1))
+            if nbytes > best[0]:
+                best = (nbytes, re.sub(r"\{[^{}]*\}", "", op.group(1)).strip(), op.group(2))
+    return {"largest_buffer_bytes": best[0], "largest_buffer": f"{best[2]} {best[1]}".strip()}
 
 
 # ------------------------------------------------------------------ the estimate
 
 def step_time_estimate(chip: chips.Chip, flops_per_chip: float, hbm_bytes: float | None,
-                       collectives: dict, num_slices: int = 1) -> dict:
+                       collectives: dict, num_slices: int = 1,
+                       cross_host: dict | None = None) -> dict:
     """A lower bound on one step's seconds: the largest of FLOPs / peak, HBM traffic /
     bandwidth and collective bytes / interconnect (no overlap is assumed away, none is
-    modelled: real steps are slower). Gradient all-reduces cross DCN when there are slices."""
+    modelled: real steps are slower). On TPU slices the gradient all-reduces cross DCN
+    when there are several; on GPUs (cross_host given) the collectives whose groups span
+    hosts cross InfiniBand (`dcn_s`), the rest NVLink (`ici_s`)."""
     compute = flops_per_chip / chip.peak_flops
     memory = (hbm_bytes or 0.0) / chip.hbm_bandwidth  # 0 where unknown (a scanned stack
     # compiled without the unrolled probes): the bound is then compute or interconnect
     total = sum(v["bytes"] for v in collectives.values())
-    ici = total / chip.ici_bandwidth
-    dcn = collectives["all-reduce"]["bytes"] / chip.dcn_bandwidth if num_slices > 1 else 0.0
+    if cross_host is not None:
+        across = sum(v["bytes"] for v in cross_host.values())
+        ici = (total - across) / chip.ici_bandwidth
+        dcn = across / chip.dcn_bandwidth
+    else:
+        ici = total / chip.ici_bandwidth
+        dcn = collectives["all-reduce"]["bytes"] / chip.dcn_bandwidth if num_slices > 1 else 0.0
     bound = max(compute, memory, ici + dcn)
     return {"estimate": "lower bound, not a measurement", "step_s": bound,
             "compute_s": compute, "hbm_s": memory, "ici_s": ici, "dcn_s": dcn,
             "bound_by": max((("compute", compute), ("hbm", memory), ("interconnect", ici + dcn)),
                             key=lambda kv: kv[1])[0],
-            "chip": chip.name, "chip_constants": chip.source}
+            "interconnect": chip.interconnect, "chip": chip.name, "chip_constants": chip.source}
 
 
 # ------------------------------------------------------------------ the report
@@ -378,8 +454,8 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
            "chip_hbm_bytes": chip.hbm_bytes if chip else None}
     with attention.recording() as notes:
         try:
-            compiled, abstract, shardings, mesh, (lower_s, compile_s), ran = compile_step(
-                config, devices, job, task)
+            compiled, abstract, shardings, mesh, (lower_s, compile_s), ran, layers = \
+                compile_step(config, devices, job, task)
         except Exception as e:  # noqa: BLE001 - only an out-of-memory compile becomes a row
             oom = _oom_row(e)
             if oom is None or not topology:
@@ -391,7 +467,9 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
     xla = _xla_flops(compiled)
     full = (unrolled_xla_flops(config, devices, job, task) if (p is not None and unrolled_flops)
             else (None if p is not None else xla))
-    contents = program_contents(compiled.as_text())
+    gpu = platform == "gpu"
+    process_of = [d.process_index for d in mesh.devices.flat] if gpu else None
+    contents = program_contents(compiled.as_text(), process_of)
     peak = int(mem.argument_size_in_bytes + mem.output_size_in_bytes
                - mem.alias_size_in_bytes + mem.temp_size_in_bytes)
     row.update({
@@ -410,6 +488,7 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
         "xla_over_analytic": full / analytic if (full and analytic) else None,
         **contents,
         "attention_ran": ran,  # what the step compiled to, not only what was asked
+        "attention_layers": layers,  # per layer kind (global, local W): kernel and how
         "attention_notes": list(notes),
     })
     if chip is not None:
@@ -418,5 +497,6 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
         if p is not None:  # XLA counts a loop body's traffic once: scale it, or leave it out
             hbm = hbm * full / xla if (hbm and xla and full) else None
         row["step_time"] = step_time_estimate(chip, per_chip_flops, hbm,
-                                              contents["collectives"], num_slices)
+                                              contents["collectives"], num_slices,
+                                              contents.get("collectives_cross_host"))
     return row

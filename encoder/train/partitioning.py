@@ -41,7 +41,8 @@ RULES = (
 def activation_context(mesh: Mesh):
     """The mesh and the logical rules the model reads while a step is traced
     (encoder/model/sharding.py). Enterable inside jit: it sets the abstract mesh only."""
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), sharding.logical_rules(RULES):
+    with (jax.sharding.use_abstract_mesh(mesh.abstract_mesh), sharding.logical_rules(RULES),
+          sharding.target_device(mesh.devices.flat[0])):
         yield
 
 
