@@ -29,9 +29,35 @@ def bench_config():
     return config
 
 
+def phase_of(config, name: str):
+    """(config as phase `name` runs it, the phase's name). A phased recipe's step is
+    compiled as one phase runs it: the phase's sequence length, batch, accumulation and
+    RoPE base laid over the base config, at the phase's full batch (a batch-size warmup's
+    smaller steps run the same micro-batch program fewer times). Without a name, the first
+    phase; a config without phases is its own one phase, "main"."""
+    from encoder import errors
+    from encoder.train import phases
+    declared = phases.declared(config)
+    if not declared:
+        if name not in ("", "main"):
+            raise errors.UsageError(f"--phase={name}: this config has no phases (it runs as "
+                                    "one phase, 'main')")
+        return config, "main"
+    names = [p["name"] for p in declared]
+    if name and name not in names:
+        raise errors.UsageError(f"--phase={name}: the config's phases are {', '.join(names)}")
+    p = declared[names.index(name)] if name else declared[0]
+    config = phases.phase_config(config, p)
+    config.train.batch_warmup_tokens = 0
+    return config, p["name"]
+
+
 def experiment_config():
-    """The experiment config with the command line's shape and variant overrides."""
-    config = FLAGS.config.copy_and_resolve_references()
+    """The experiment config with the command line's phase, shape and variant overrides."""
+    from encoder import errors
+    config, _ = phase_of(FLAGS.config.copy_and_resolve_references(), FLAGS.phase)
+    if FLAGS["grad_accum_steps"].present:
+        config.train.grad_accum_steps = FLAGS.grad_accum_steps
     if FLAGS["seq_len"].present:
         config.data.seq_len = FLAGS.seq_len
         config.model.max_position = max(config.model.max_position, FLAGS.seq_len)
@@ -40,6 +66,12 @@ def experiment_config():
     for name in ("dtype", "attention_impl", "remat", "scan_layers"):
         if FLAGS[name].present:
             config.model[name] = FLAGS[name].value
+    accum = config.train.grad_accum_steps
+    if config.train.batch_size % accum:
+        raise errors.UsageError(
+            f"--batch_size={config.train.batch_size} does not split into the "
+            f"{'phase' if FLAGS.phase else 'config'}'s grad_accum_steps={accum} micro-batches: "
+            f"give a multiple of {accum}, or --grad_accum_steps=N")
     from encoder.jobs import pretrain
     pretrain.validate(config)
     return config

@@ -4,6 +4,8 @@ CPU devices, or a TPU topology compiled by libtpu here), one JSON line per compi
 
     python -m encoder.bench --mode=compile --topology=v5e:2x2 \\
         --config=experiments/bert_base.py --seq_len=512 --batch_size=32 --dtype=bfloat16
+    python -m encoder.bench --mode=compile --topology=h100:8 \\
+        --config=experiments/modernbert_base.py --phase=extension --batch_size=8
 """
 import json
 
@@ -23,14 +25,106 @@ def gib_fields(row: dict) -> dict:
     return out
 
 
+def _hf_row(config, devices, topology: str) -> dict:
+    """HF's FlaxBertForMaskedLM train step (benchmarks/hf_reference.py) compiled for the
+    same devices, data-parallel (HF has no sharding rules of its own): parameters and
+    optimizer state replicated, the batch split over every device."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from benchmarks import hf_reference
+    from encoder.train import chips, compile_report
+    mesh = Mesh(np.asarray(devices), ("data",))
+    model = hf_reference.hf_model(config, do_init=False)
+    step, tx = hf_reference.hf_train_step(config, model)
+    params = jax.eval_shape(lambda r: model.init_weights(r, (1, config.data.seq_len)),
+                            jax.random.key(0))
+    state = (params, jax.eval_shape(tx.init, params))
+    replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
+    state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+                         state)
+    b, t = config.train.batch_size, config.data.seq_len
+    batch = {k: jax.ShapeDtypeStruct((b, t), np.int32, sharding=split)
+             for k in ("input_ids", "attention_mask", "segment_ids")}
+    rng = jax.eval_shape(lambda: jax.random.key(0))
+    compiled = jax.jit(step, donate_argnums=(0,), out_shardings=(
+        jax.tree.map(lambda x: x.sharding, state), replicated)).lower(state, batch, rng).compile()
+    mem = compiled.memory_analysis()
+    n = len(devices)
+    chip = chips.chip_for_topology(topology) if topology else None
+    contents = compile_report.program_contents(compiled.as_text())
+    row = {"benchmark": "compile", "side": "huggingface FlaxBertForMaskedLM",
+           "platform": devices[0].platform, "topology": topology or None, "chips": n,
+           "seq_len": t, "global_batch": b, "rows_per_chip": b / n, "dtype": config.model.dtype,
+           "parameters": sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params)),
+           "attention_ran": hf_reference.HF_ATTENTION,
+           "temp_bytes": int(mem.temp_size_in_bytes),
+           "peak_bytes": int(mem.argument_size_in_bytes + mem.output_size_in_bytes
+                             - mem.alias_size_in_bytes + mem.temp_size_in_bytes),
+           "analytic_flops": hf_reference.hf_train_flops(config) / n, **contents}
+    row["fits"] = row["peak_bytes"] <= chip.hbm_bytes if chip else None
+    if chip is not None:
+        hbm = (compile_report._cost(compiled) or {}).get("bytes accessed")  # noqa: SLF001
+        row["step_time"] = compile_report.step_time_estimate(
+            chip, compile_report._xla_flops(compiled) or row["analytic_flops"], hbm,  # noqa: SLF001
+            contents["collectives"])
+    return row
+
+
+def _fit_rows(one: dict, two: dict, hbm: int | None) -> int | None:
+    """Rows per chip that fit: the line through two compiles' peaks (rows r and 2r)."""
+    per_row = (two["peak_bytes"] - one["peak_bytes"]) / (two["rows_per_chip"]
+                                                         - one["rows_per_chip"])
+    fixed = one["peak_bytes"] - per_row * one["rows_per_chip"]
+    return int((hbm - fixed) // per_row) if (hbm and per_row > 0) else None
+
+
+def side_by_side():
+    """This codebase's step and HF's, each compiled at --batch_size and twice it on the same
+    target, data-parallel, no scan (XLA then counts the whole step): one JSON line per side
+    with the peak at --batch_size, the rows per chip that fit, and the step bound."""
+    import jax
+    from encoder.train import chips, compile_report
+    from benchmarks.common import bench_config
+    config = experiment_config() if FLAGS.config is not None else bench_config()
+    config.model.scan_layers = "false"
+    config.mesh.data, config.mesh.fsdp = -1, 1
+    devices = (compile_report.topology_devices(FLAGS.topology, FLAGS.num_slices)
+               if FLAGS.topology else None)
+    chip = chips.chip_for_topology(FLAGS.topology) if FLAGS.topology else None
+    sides = {"this codebase": [], "huggingface FlaxBertForMaskedLM": []}
+    for factor in (1, 2):
+        c = config.copy_and_resolve_references()
+        c.train.batch_size = config.train.batch_size * factor
+        ours = compile_report.compile_report(c, True, devices=devices,
+                                             topology=FLAGS.topology)
+        sides["this codebase"].append({**ours, "side": "this codebase"})
+        sides["huggingface FlaxBertForMaskedLM"].append(
+            _hf_row(c, devices or jax.devices(), FLAGS.topology))
+    for name, (one, two) in sides.items():
+        keep = ("side", "platform", "topology", "chips", "seq_len", "rows_per_chip", "dtype",
+                "parameters", "attention_ran", "peak_bytes", "temp_bytes", "largest_buffer",
+                "largest_buffer_bytes", "fits", "collectives", "step_time")
+        out = {k: one.get(k) for k in keep}
+        out["rows_per_chip_fit"] = _fit_rows(one, two, chip.hbm_bytes if chip else None)
+        out["peak_bytes_at_2x"] = two["peak_bytes"]
+        print(json.dumps(gib_fields(out)), flush=True)
+
+
 def run():
+    if FLAGS.against == "hf":
+        return side_by_side()
     if FLAGS.config is None:
         raise app.UsageError("--mode=compile needs --config=experiments/NAME.py[:arg]")
     if FLAGS.topology and FLAGS.devices:
         raise app.UsageError("--topology (TPU chips or GPUs) and --devices (simulated CPU "
                              "devices) are two targets: give one")
+    from benchmarks.common import phase_of
     from encoder.train import compile_report
+    config = experiment_config()
     row = compile_report.compile_report(
-        experiment_config(), FLAGS.unrolled_flops, topology=FLAGS.topology,
+        config, FLAGS.unrolled_flops, topology=FLAGS.topology,
         num_slices=FLAGS.num_slices, job=FLAGS.job, task=FLAGS.task)
+    row["phase"] = phase_of(FLAGS.config, FLAGS.phase)[1]
+    row["grad_accum_steps"] = config.train.grad_accum_steps
     print(json.dumps(gib_fields(row)), flush=True)

@@ -16,7 +16,7 @@ DEVICE_PLAN = [
       for impl in ("xla", "cudnn")],
     *[["--size=base", "--seq_len=512", "--batch_size=64", f"--attention_impl={impl}"]
       for impl in ("xla", "cudnn", "pallas_gpu")],
-    *[["--config=experiments/modernbert_base.py", "--seq_len=8192", "--batch_size=2",
+    *[["--config=experiments/modernbert_base.py", "--phase=extension", "--batch_size=2",
        f"--attention_impl={impl}", "--scan_layers=true"]
       for impl in ("xla", "cudnn", "pallas_gpu")],
 ]

@@ -5,18 +5,15 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import flags
 
+from benchmarks import hf_reference
 from benchmarks.common import (attention_ran, bench_config, experiment_config, report,
                                time_step)
 from encoder.data import synthetic
 from encoder.model import attention
 
 FLAGS = flags.FLAGS
-# FlaxBertSelfAttention: flax's dot_product_attention_weights, einsums over a dense mask,
-# whatever --attention_impl says (that flag is this codebase's).
-HF_ATTENTION = "huggingface einsum (dense mask)"
 
 
 def ours(config, peak):
@@ -41,51 +38,18 @@ def ours(config, peak):
 
 def hf(config, peak):
     """FlaxBertForMaskedLM with the same config, loss (masked slots) and AdamW."""
-    from transformers import BertConfig, FlaxBertForMaskedLM
-    from encoder import config as config_lib
-    from encoder.objectives import masking, mlm
-    from encoder.train import flops, optimizer
-    m = config.model
-    hf_cfg = BertConfig(vocab_size=m.vocab_size, hidden_size=m.hidden_size,
-                        num_hidden_layers=m.num_layers, num_attention_heads=m.num_heads,
-                        intermediate_size=m.intermediate_size, max_position_embeddings=m.max_position,
-                        type_vocab_size=m.type_vocab_size, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, hidden_act="gelu")
-    dtype = jnp.dtype(m.dtype)
-    model = FlaxBertForMaskedLM(hf_cfg, input_shape=(1, config.data.seq_len), dtype=dtype, seed=0)
+    model = hf_reference.hf_model(config)
     params = model.params
-    tx = optimizer.make_optimizer(config.train)
+    step, tx = hf_reference.hf_train_step(config, model)
     opt_state = tx.init(params)
-    max_pred = config_lib.max_predictions(config.data.seq_len, config.masking.rate)
-
-    def step(state, batch, rng):
-        params, opt_state = state
-        c = masking.corrupt(rng, batch["input_ids"], batch["attention_mask"],
-                            rate=config.masking.rate, max_predictions=max_pred, mask_id=4,
-                            vocab_size=m.vocab_size, special_ids=(0, 1, 2, 3, 4))
-
-        def loss_fn(p):
-            logits = model(c["input_ids"], batch["attention_mask"], batch["segment_ids"],
-                           params=p, train=False).logits  # [B, T, V]: every position
-            gathered = jnp.take_along_axis(logits, c["mlm_positions"][..., None], axis=1)
-            loss, _ = mlm.masked_cross_entropy(gathered.astype(jnp.float32), c["mlm_labels"],
-                                               c["mlm_weights"])
-            return loss
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), {"loss": loss}
-
     batch = {k: jnp.asarray(v) for k, v in synthetic.random_batch(config).items()}
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(params))
     compile_s, step_s, mem, metrics = time_step(jax.jit(step, donate_argnums=(0,)),
                                                 (params, opt_state), batch,
                                                 lambda i: jax.random.key(i))
-    b, t = config.train.batch_size, config.data.seq_len
-    fwd = b * t * (flops.encoder_flops_per_token(m, t) + flops.mlm_head_flops(m))
     return report("huggingface FlaxBertForMaskedLM", config, n_params, compile_s, step_s,
-                  3.0 * fwd, peak, mem, loss=float(metrics["loss"]),
-                  attention_impl="its own", attention_ran=HF_ATTENTION)
+                  hf_reference.hf_train_flops(config), peak, mem, loss=float(metrics["loss"]),
+                  attention_impl="its own", attention_ran=hf_reference.HF_ATTENTION)
 
 
 def run():

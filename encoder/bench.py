@@ -87,6 +87,11 @@ def define_flags():
                         "v6e:8x8, v4:2x2x1) or a GPU node (XLA's CUDA compiler: h100:8, "
                         "h100:2x8 = 2 hosts of 8, a100:8, h200:8) to compile for on this "
                         "machine; empty: --devices")
+    flags.DEFINE_string("phase", "", "compile: a phased recipe's phase to compile its step as "
+                        "it runs (its seq_len, batch, accumulation, RoPE base); default: the "
+                        "first phase")
+    flags.DEFINE_integer("grad_accum_steps", 1, "compile: micro-batches per step (default: "
+                         "the phase's or config's)", lower_bound=1)
     flags.DEFINE_integer("num_slices", 1, "compile: slices of --topology joined over DCN",
                          lower_bound=1)
     flags.DEFINE_enum("job", "pretrain", ["pretrain", "finetune"],

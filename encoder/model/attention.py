@@ -139,8 +139,8 @@ def fused_attention(q, k, v, bias=None, mask=None, implementation="auto"):
         bias = bias.astype(q.dtype)
     _took("cudnn" if impl == "cudnn" else "xla",
           "dense mask" if mask is not None or bias is not None else "")
-    with cudnn_checks_for_target():
-        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
+    cudnn_checks_for_target()
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask, implementation=impl)
 
 
 HOPPER = (9, 0)
@@ -160,35 +160,50 @@ def _cudnn_usable(q, bias) -> bool:
             and q.shape[-1] <= cudnn_head_dim_limit() and q.shape[-1] % 8 == 0)
 
 
-@contextlib.contextmanager
-def cudnn_checks_for_target():
-    """jax's cuDNN wrapper asks the host's backend for the GPU's compute capability and
-    cuDNN version. Compiling for a GPU on a machine without one (the compile report), the
-    host is a CPU: Hopper-only layouts (packed documents, head dim 256) are refused for an
-    H100 target. Inside this block those checks read the target's capability
-    (sharding.target_capability) and the CUDA compiler's own cuDNN; on a GPU host, and off
-    a GPU target, nothing changes."""
-    cap = sharding.target_capability()
-    if cap is None or jax.default_backend() == "gpu":
-        yield
+_TARGET_CHECKS: list = []  # jax's own cuDNN checks, once replaced (see cudnn_checks_for_target)
+
+
+def cudnn_checks_for_target() -> None:
+    """Makes jax's cuDNN checks read the target GPU, not the host (idempotent).
+
+    jax's cuDNN wrapper asks the host's backend for the GPU's compute capability and cuDNN
+    version, when the call is traced and again when its gradient rule runs (later in the
+    step's trace). Compiling for a GPU on a machine without one (the compile report), the
+    host is a CPU, and Hopper-only layouts (packed documents, head dim 256) are refused
+    for an H100 target. The replacements answer from the target's capability
+    (sharding.target_capability, set while a step is traced for a mesh) and the CUDA
+    compiler's own cuDNN; on a GPU host, or with no GPU target, they defer to jax's.
+    """
+    if _TARGET_CHECKS or sharding.target_capability() is None or jax.default_backend() == "gpu":
         return
     from jax._src.cudnn import fused_attention_stablehlo as fmha  # private: the checks
+    at_least, equal, version = (fmha.check_compute_capability,
+                                fmha.is_cuda_compute_capability_equal, fmha.check_cudnn_version)
 
     def parse(text):
         major, _, minor = text.partition(".")
         return int(major), int(minor or 0)
-    versions = importlib.import_module("jax_cuda12_plugin._versions")
-    names = ("check_compute_capability", "is_cuda_compute_capability_equal",
-             "check_cudnn_version")
-    saved = {n: getattr(fmha, n) for n in names}
-    fmha.check_compute_capability = lambda c: cap >= parse(c)
-    fmha.is_cuda_compute_capability_equal = lambda c: cap == parse(c)
-    fmha.check_cudnn_version = versions.cudnn_get_version
-    try:
-        yield
-    finally:
-        for n, f in saved.items():
-            setattr(fmha, n, f)
+
+    def deviceless():
+        return sharding.target_capability() if jax.default_backend() != "gpu" else None
+
+    def check_compute_capability(capability):
+        cap = deviceless()
+        return at_least(capability) if cap is None else cap >= parse(capability)
+
+    def is_cuda_compute_capability_equal(capability):
+        cap = deviceless()
+        return equal(capability) if cap is None else cap == parse(capability)
+
+    def check_cudnn_version():
+        if deviceless() is None:
+            return version()
+        return importlib.import_module("jax_cuda12_plugin._versions").cudnn_get_version()
+
+    fmha.check_compute_capability = check_compute_capability
+    fmha.is_cuda_compute_capability_equal = is_cuda_compute_capability_equal
+    fmha.check_cudnn_version = check_cudnn_version
+    _TARGET_CHECKS.append((at_least, equal, version))
 
 
 # ---- backends: each one a runner and the reasons it cannot serve a layer ----
@@ -240,7 +255,8 @@ def _took(path: str, how: str = "") -> None:
 def layer_paths():
     """{layer kind: {path (detail): calls traced}} for the attention traced inside the block:
     which kernel each kind of layer (global; local with its window) took. The compile
-    report's `attention_layers`."""
+    report's `attention_layers` keeps the paths (a scanned group and a rematerialised
+    layer are traced more than once, so call counts are not layer counts)."""
     layers: dict = {}
     _LAYERS.append(layers)
     try:
@@ -397,9 +413,8 @@ def local_block_attention(q, k, v, pattern: AttentionPattern, implementation: st
               for x in (k, v))
     mask = local_block_mask(pattern, batch, length).reshape(batch * n, 1, block, 3 * block)
     _took(implementation, "local blocks")
-    with cudnn_checks_for_target():
-        out = jax.nn.dot_product_attention(qb, kb, vb, mask=mask,
-                                           implementation=implementation)
+    cudnn_checks_for_target()
+    out = jax.nn.dot_product_attention(qb, kb, vb, mask=mask, implementation=implementation)
     return out.reshape(batch, length, heads, head_dim)
 
 
@@ -408,15 +423,22 @@ def _run_reference(q, k, v, bias, pattern):
     return reference_attention(q, k, v, bias, pattern.dense(q.shape[1]))
 
 
-def cudnn_packed_segments(pattern: AttentionPattern, length: int):
-    """cuDNN's packed layout of a row's documents: (seqlens [B, M], offsets [B, M + 1]).
+def cudnn_max_segments(length: int) -> int:
+    """Segments a row may hand cuDNN's packed layout, M. cuDNN keeps softmax statistics of
+    [B * M, H, T] for the backward pass, so M = T would be a T x T buffer per head (3 GiB a
+    layer at T = 8,192 for ModernBERT-base); rows with more documents than M take the Triton
+    kernel instead (_cudnn_packed)."""
+    return min(length, max(16, length // 128))
 
-    M = T (the most segments a row can hold), so no row is ever cut short; the arrays are
-    O(T) per row where a dense mask is O(T^2). A segment is a maximal run of real tokens of
-    one document (packing lays documents out contiguously); padding belongs to none, so a
-    padded query reads nothing (its outputs are never read). Unused entries are -1, as
-    cuDNN's sequence packing asks (jax._src.cudnn.fused_attention_stablehlo).
-    """
+
+def packed_segment_counts(pattern: AttentionPattern) -> jnp.ndarray:
+    """[B] segments per row, as cudnn_packed_segments counts them."""
+    return jnp.sum(_segment_edges(pattern)[0], axis=1)
+
+
+def _segment_edges(pattern: AttentionPattern):
+    """(starts, ends) bool [B, T]: where each maximal run of one document's real tokens
+    begins and ends."""
     ref = pattern.padding if pattern.padding is not None else pattern.documents
     real = (pattern.padding.astype(bool) if pattern.padding is not None
             else jnp.ones(ref.shape, bool))  # [B, T]
@@ -428,10 +450,25 @@ def cudnn_packed_segments(pattern: AttentionPattern, length: int):
     next_real = jnp.pad(real[:, 1:], ((0, 0), (0, 1)))
     next_doc = jnp.pad(docs[:, 1:], ((0, 0), (0, 1)), constant_values=-1)
     ends = real & (~next_real | (docs != next_doc))  # [B, T]
+    return starts, ends
+
+
+def cudnn_packed_segments(pattern: AttentionPattern, length: int, max_segments: int = 0):
+    """cuDNN's packed layout of a row's documents: (seqlens [B, M], offsets [B, M + 1]).
+
+    M = max_segments (default T: no row is ever cut short); the arrays are O(M) per row
+    where a dense mask is O(T^2). A row with more segments than M is cut short: the caller
+    routes such rows elsewhere (packed_segment_counts). A segment is a maximal run of real
+    tokens of one document (packing lays documents out contiguously); padding belongs to
+    none, so a padded query reads nothing (its outputs are never read). Unused entries
+    are -1, as cuDNN's sequence packing asks (jax._src.cudnn.fused_attention_stablehlo).
+    """
+    size = max_segments or length
+    starts, ends = _segment_edges(pattern)
 
     def row(s, e):
-        first = jnp.nonzero(s, size=length, fill_value=-1)[0]  # [M]
-        last = jnp.nonzero(e, size=length, fill_value=-1)[0]
+        first = jnp.nonzero(s, size=size, fill_value=-1)[0]  # [M]
+        last = jnp.nonzero(e, size=size, fill_value=-1)[0]
         lens = jnp.where(first >= 0, last - first + 1, -1)
         return lens, jnp.concatenate([first, jnp.full((1,), -1, first.dtype)])
     seqlens, offsets = jax.vmap(row)(starts, ends)
@@ -443,18 +480,42 @@ def _cudnn_packed(q, k, v, pattern):
 
     A GPU-only call (it needs cuDNN >= 9 and a Hopper GPU: the target's capability, see
     cudnn_checks_for_target), so it runs only when the step is compiled for one, inside the
-    batch shard_map like the Pallas kernels.
+    batch shard_map like the Pallas kernels. cuDNN takes up to M = cudnn_max_segments(T)
+    segments a row; a device's batch holding a row with more runs the Triton kernel
+    (segment ids, exact for any number of documents), chosen on the device by lax.cond.
+    Where the Triton kernel cannot serve the shapes, M = T.
     """
     from jax._src.cudnn import fused_attention_stablehlo as cudnn_fmha  # private: packed layout
+    length = q.shape[1]
+    refused = _refuse_pallas_gpu(q, None, AttentionPattern())
+    limit = cudnn_max_segments(length) if refused is None else length
+    if limit < length:
+        _note_once(f"attention_impl=cudnn: packed rows of up to {limit} documents take "
+                   f"cuDNN's packed layout (its softmax statistics are O(M T) a row); a "
+                   f"device batch with a row of more takes the Triton kernel (segment ids)")
+    else:
+        _note_once(f"attention_impl=cudnn: packed rows take cuDNN's packed layout with T = "
+                   f"{length} segment slots (softmax statistics of T x T a head, for the "
+                   f"backward pass): no kernel takes a row of more documents ({refused})")
+
+    def cudnn(q, k, v, padding, documents):
+        seqlens, offsets = cudnn_packed_segments(AttentionPattern(padding, documents), length,
+                                                 limit)
+        return cudnn_fmha.dot_product_attention(
+            q, k, v, q_seqlen=seqlens, kv_seqlen=seqlens, q_offsets=offsets,
+            kv_offsets=offsets, scale=q.shape[-1] ** -0.5,
+            mask_type=cudnn_fmha.MaskType.PADDING, qkv_layout="BTNH")
+
+    def triton(q, k, v, padding, documents):
+        ids = kernel_segment_ids(AttentionPattern(padding, documents))
+        return pallas_gpu_attention.mha(q, k, v, ids, sm_scale=q.shape[-1] ** -0.5)
 
     def one(q, k, v, padding, documents):
-        seqlens, offsets = cudnn_packed_segments(AttentionPattern(padding, documents),
-                                                 q.shape[1])
-        with cudnn_checks_for_target():
-            return cudnn_fmha.dot_product_attention(
-                q, k, v, q_seqlen=seqlens, kv_seqlen=seqlens, q_offsets=offsets,
-                kv_offsets=offsets, scale=q.shape[-1] ** -0.5,
-                mask_type=cudnn_fmha.MaskType.PADDING, qkv_layout="BTNH")
+        if limit >= length:
+            return cudnn(q, k, v, padding, documents)
+        most = jnp.max(packed_segment_counts(AttentionPattern(padding, documents)))
+        return jax.lax.cond(most <= limit, cudnn, triton, q, k, v, padding, documents)
+    cudnn_checks_for_target()
     ref = pattern.padding if pattern.padding is not None else pattern.documents
     padding = pattern.padding if pattern.padding is not None else jnp.ones(ref.shape, jnp.int32)
     documents = (pattern.documents if pattern.documents is not None
@@ -506,10 +567,10 @@ def _run_cudnn(q, k, v, bias, pattern):
         bias = bias.astype(q.dtype)
     _took(implementation, "dense mask" if mask is not None or bias is not None
           else ("key lengths" if lengths is not None else ""))
-    with cudnn_checks_for_target():
-        return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
-                                            key_value_seq_lengths=lengths,
-                                            implementation=implementation)
+    cudnn_checks_for_target()
+    return jax.nn.dot_product_attention(q, k, v, bias=bias, mask=mask,
+                                        key_value_seq_lengths=lengths,
+                                        implementation=implementation)
 
 
 def _refuse_cudnn(q, bias, pattern) -> str | None:
@@ -595,6 +656,7 @@ def _refuse_splash(q, bias, pattern) -> str | None:
 
 
 PALLAS_GPU_BLOCKS = (128, 32)  # mha's default forward and backward blocks (each min'd with T)
+PALLAS_GPU_MAX_HEAD_DIM = 128
 
 
 def _run_pallas_gpu(q, k, v, bias, pattern):
@@ -622,6 +684,11 @@ def _refuse_pallas_gpu(q, bias, pattern) -> str | None:
                 f"got {length}")
     if head_dim < 16:
         return f"pallas_gpu attention (Triton dots) needs a head dim >= 16, got {head_dim}"
+    if head_dim > PALLAS_GPU_MAX_HEAD_DIM:
+        # its 128-row blocks of q, k and v at head dim 256 ask 320 KiB of shared memory; an
+        # H100 has 227 KiB a block (the CUDA compiler refuses it: tests/e2e/test_gpu_compile)
+        return (f"pallas_gpu attention's blocks exceed a GPU's shared memory above head dim "
+                f"{PALLAS_GPU_MAX_HEAD_DIM}, got {head_dim}")
     return None
 
 
@@ -660,8 +727,11 @@ def choose_backend(implementation: str, q, bias, pattern: AttentionPattern) -> s
         if reason is None:
             return "splash"
         _note_once(f"attention_impl=auto on tpu: {reason}; using xla")
-    if platform == "gpu" and _cudnn_usable(q, bias):
-        return "cudnn"
+    if platform == "gpu":
+        reason = _refuse_cudnn(q, bias, pattern)
+        if reason is None:
+            return "cudnn"
+        _note_once(f"attention_impl=auto on gpu: {reason}; using xla (dense)")
     return "xla"
 
 

@@ -58,10 +58,10 @@ def target_device(device):
 def target_capability() -> tuple[int, int] | None:
     """The target GPU's compute capability, e.g. (9, 0); None off a GPU. Read from the
     compiled-for device (target_device), else from the host's first GPU."""
-    text = _CAPABILITY.get()
+    text = _CAPABILITY.get()  # set from a GPU device only (others have no capability)
     if text is None and target_platform() == "gpu" and jax.default_backend() == "gpu":
         text = getattr(jax.devices()[0], "compute_capability", None)
-    if not text or target_platform() != "gpu":
+    if not text:
         return None
     major, _, minor = str(text).partition(".")
     return int(major), int(minor or 0)

@@ -60,14 +60,18 @@ def select(rng, candidates, unit_start, rate: float, max_predictions: int):
     not_cand = ~candidates
     prev_not_cand = jnp.pad(not_cand[:, :-1], ((0, 0), (1, 0)), constant_values=True)
     start = unit_start | not_cand | prev_not_cand
-    unit_id = jnp.cumsum(start, axis=1) - 1  # [B, T], in [0, T)
+    # prefix scans written as log-depth trees: jax lowers cumsum/cummax to an O(T^2)
+    # reduce-window, which XLA constant-folds naively when its input is a constant (token
+    # masking's unit starts are all True): 25+ minutes of compile at T = 8,192
+    unit_id = jax.lax.associative_scan(jnp.add, start.astype(jnp.int32), axis=1) - 1  # [B, T]
     unit_score = jax.random.uniform(k_units, (b, t))
     score = jnp.take_along_axis(unit_score, unit_id, axis=1)
     score = jnp.where(candidates, score, 2.0)  # non-candidates sort last
     order = jnp.argsort(score, axis=1, stable=True)  # units contiguous, in token order
 
     idx = jnp.arange(t)
-    unit_first = jax.lax.cummax(jnp.where(start, idx, 0), axis=1)  # first index of own unit
+    unit_first = jax.lax.associative_scan(jnp.maximum, jnp.where(start, idx, 0), axis=1)
+    # ^ the first index of each token's own unit
     rank_in_unit = idx - unit_first
     unit_len = jax.vmap(lambda u: jax.ops.segment_sum(jnp.ones(t, jnp.int32), u, t))(unit_id)
     unit_len = jnp.take_along_axis(unit_len, unit_id, axis=1)

@@ -95,8 +95,8 @@ class StepCompile(collections.namedtuple("StepCompile", "compiled abstract shard
                                          "seconds ran layers")):
     """compile_step's result: the executable, the abstract state and its shardings, the
     mesh, (lower s, compile s), the attention paths the step's trace took
-    (attention.describe_paths) and per layer kind ({"global": {"cudnn (packed segments)":
-    n}, "local 128": {...}}: attention.layer_paths). The init's forward pass, traced for
+    (attention.describe_paths) and per layer kind ({"global": ["cudnn (packed segments)"],
+    "local 128": [...]}: attention.layer_paths). The init's forward pass, traced for
     the shapes, is not the step and is not counted."""
 
 
@@ -128,7 +128,7 @@ def compile_step(config, devices=None, job: str = "pretrain", task: str | None =
     compiled = lowered.compile()
     return StepCompile(compiled, abstract, shardings, mesh, (t1 - t0, time.perf_counter() - t1),
                        attention.describe_paths(paths),
-                       {kind: dict(paths) for kind, paths in sorted(layers.items())})
+                       {kind: sorted(paths) for kind, paths in sorted(layers.items())})
 
 
 # ------------------------------------------------------------------ reading the program
@@ -158,7 +158,8 @@ _DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8e4m3fn": 1, "f8e5m2": 1, "s16": 
 _SHAPE = re.compile(r"\b(" + "|".join(_DTYPE_BYTES) + r")\[([\d,]*)\]")
 _COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s([\w\-]+)\(")
-_CALLS = re.compile(r"\b(body|condition|calls|to_apply|branch_computations)=\{?([^}\s,]+(?:,\s*%[\w.\-]+)*)")
+_CALLS = re.compile(r"\b(body|condition|calls|to_apply|branch_computations|true_computation|"
+                    r"false_computation)=\{?([^}\s,]+(?:,\s*%[\w.\-]+)*)")
 _TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"')
 
 
@@ -295,6 +296,9 @@ def program_contents(hlo: str, process_of: list[int] | None = None) -> dict:
     mult = _multiplicities(comps, entry)
     seen = {}  # (kind, channel or instruction) -> (runs, bytes, crosses hosts)
     kernels = {k: 0 for k in KERNEL_TARGETS}
+    # an async pair's groups are on its -start; its -done (which is counted) names the start
+    start_groups = {m.group(1): line for lines in comps.values() for line in lines
+                    for m in [re.match(r"^\s*%?([\w.\-]+)\s*=.*?-start\(", line)] if m}
     for name, lines in comps.items():
         runs = mult.get(name, 0)
         if not runs:
@@ -310,7 +314,9 @@ def program_contents(hlo: str, process_of: list[int] | None = None) -> dict:
                         and name.startswith("all-reduce-scatter") else base)
                 channel = re.search(r"channel_id=(\d+)", line)
                 key = (kind, channel.group(1) if channel else f"{name}/{line.split('=')[0]}")
-                groups = replica_groups(line, len(process_of or ()))
+                started = re.search(r"-done\(%?([\w.\-]+)", line)
+                groups = replica_groups(start_groups.get(started.group(1), "") if started
+                                        else line, len(process_of or ()))
                 nbytes = shape_bytes(shape)
                 if base == "reduce-scatter" and groups:
                     nbytes *= len(groups[0])
@@ -335,13 +341,15 @@ def program_contents(hlo: str, process_of: list[int] | None = None) -> dict:
 
 
 _NOT_A_BUFFER = {"parameter", "tuple", "get-tuple-element", "bitcast", "constant",
-                 "after-all", "partition-id", "replica-id"}
+                 "after-all", "partition-id", "replica-id", "while", "conditional", "call"}
+# ^ a loop's, a branch's or a call's result is its body's buffers, counted there
 
 
 def largest_buffer(comps: dict) -> dict:
-    """The largest value the program materialises (an instruction outside fusion bodies,
-    whose intermediates live in registers): its bytes, shape and op. A packed batch
-    whose attention builds a T x T mask or score shows it here, whatever the total."""
+    """The largest buffer the program materialises (an instruction's result, or one buffer
+    of a tuple result, outside fusion bodies, whose intermediates live in registers): its
+    bytes, shape and op. A packed batch whose attention builds a T x T mask or score (or
+    a kernel's T x T statistics) shows it here, whatever the total."""
     fused = {t for lines in comps.values() for line in lines if " fusion(" in line
              for t in re.findall(r"calls=%?([\w.\-]+)", line)}
     best = (0, "", "")
@@ -352,9 +360,10 @@ def largest_buffer(comps: dict) -> dict:
             op = _INSTRUCTION.match(line)
             if not op or op.group(2) in _NOT_A_BUFFER or op.group(2).endswith("-done"):
                 continue
-            nbytes = shape_bytes(op.group(1))
-            if nbytes > best[0]:
-                best = (nbytes, re.sub(r"\{[^{}]*\}", "", op.group(1)).strip(), op.group(2))
+            for dtype, dims in _SHAPE.findall(op.group(1)):  # each of a tuple's buffers
+                nbytes = shape_bytes(f"{dtype}[{dims}]")
+                if nbytes > best[0]:
+                    best = (nbytes, f"{dtype}[{dims}]", op.group(2))
     return {"largest_buffer_bytes": best[0], "largest_buffer": f"{best[2]} {best[1]}".strip()}
 
 

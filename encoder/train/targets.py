@@ -98,14 +98,11 @@ def parse_gpu_topology(topology: str) -> tuple[str, int, int] | None:
     name = topology.split(":")[0].lower()
     if name not in GPU_SPECS:
         return None
-    if not m:
-        raise errors.UsageError(f"--topology={topology}: a GPU node is {name}:N (one host, N "
-                                f"GPUs) or {name}:HxN (H hosts of N GPUs), e.g. {name}:8, "
-                                f"{name}:2x8")
-    hosts, per_host = int(m.group(2) or 1), int(m.group(3))
-    if not 1 <= per_host <= GPUS_PER_HOST_MAX or hosts < 1:
-        raise errors.UsageError(f"--topology={topology}: 1 to {GPUS_PER_HOST_MAX} GPUs a host "
-                                f"and at least one host, got {hosts} x {per_host}")
+    hosts, per_host = (int(m.group(2) or 1), int(m.group(3))) if m else (0, 0)
+    if not (1 <= per_host <= GPUS_PER_HOST_MAX and hosts >= 1):
+        raise errors.UsageError(f"--topology={topology}: a GPU node is {name}:N (one host of "
+                                f"N = 1 to {GPUS_PER_HOST_MAX} GPUs) or {name}:HxN (H hosts "
+                                f"of N), e.g. {name}:8, {name}:2x8")
     return name, hosts, per_host
 
 
