@@ -86,11 +86,15 @@ def memory_bytes(compiled) -> int | None:
         return None
 
 
-def time_step(step, state, batch, rng_fn):
-    """(compile s, median step s, compiled memory, final state) for a donated-state step."""
+def time_step(step, state, batch, rng_fn, traced=None):
+    """(compile s, median step s, compiled memory, final state) for a donated-state step;
+    traced() is called once the step is compiled, before it runs (a GPU run's first line
+    says which kernels each layer took)."""
     t0 = time.perf_counter()
     compiled = step.lower(state, batch, rng_fn(0)).compile()
     compile_s = time.perf_counter() - t0
+    if traced is not None:
+        traced()
     for i in range(FLAGS.warmup):
         state, m = compiled(state, batch, rng_fn(i))
     jax.block_until_ready(m)

@@ -41,9 +41,12 @@ def run():
         cmd = [sys.executable, "-m", "encoder.bench", *flags_, "--dtype=bfloat16",
                f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
-        rows = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-        for line in rows:
-            row = json.loads(line)
+        lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+        rows = [row for row in lines if "implementation" in row]
+        for row in lines:  # first, the kernels each layer kind took (printed once compiled)
+            if "implementation" not in row:
+                print(json.dumps({"flags": " ".join(flags_), **row}), flush=True)
+        for row in rows:
             print(json.dumps({"flags": " ".join(flags_), **row, **as_asked(row)}), flush=True)
         if proc.returncode != 0 or not rows:
             failed += 1

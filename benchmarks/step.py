@@ -28,12 +28,20 @@ def ours(config, peak):
     state = trainer.initial_state
     batch = trainer.shard(synthetic.random_batch(config))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-    with attention.recording() as notes, attention.paths_taken() as paths:  # at trace time
-        compile_s, step_s, mem, metrics = time_step(trainer.step_fn, state, batch,
-                                                    lambda i: jax.random.key(i))
+    with (attention.recording() as notes, attention.paths_taken() as paths,  # at trace time
+          attention.layer_paths() as layers):
+        compile_s, step_s, mem, metrics = time_step(
+            trainer.step_fn, state, batch, lambda i: jax.random.key(i),
+            traced=lambda: print(json.dumps({"attention_layers": _layers(layers),
+                                             "attention_notes": list(notes)}), flush=True))
     fps = flops.config_train_flops_per_step(config)
     return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,
-                  loss=float(metrics["loss"]), **attention_ran(paths, notes))
+                  loss=float(metrics["loss"]), attention_layers=_layers(layers),
+                  **attention_ran(paths, notes))
+
+
+def _layers(layers: dict) -> dict:
+    return {kind: sorted(paths) for kind, paths in sorted(layers.items())}
 
 
 def hf(config, peak):

@@ -13,6 +13,11 @@ def test_a_benchmark_row_names_the_path_that_ran():
                               "--attention_impl=cudnn", timeout=240,
                               env=child_env())
     assert rc == 0, err[-2000:]
-    row = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    # first, once compiled and before the timed steps: which path each kind of layer took
+    assert lines[0] == {"attention_layers": {"global": ["xla (key lengths)"]},
+                        "attention_notes": lines[0]["attention_notes"]}, lines[0]
+    row = lines[1]
     assert row["attention_impl"] == "cudnn" and row["attention_ran"] == "xla", row
+    assert row["attention_layers"] == lines[0]["attention_layers"]
     assert any("no cuDNN there" in n for n in row["attention_notes"]), row
