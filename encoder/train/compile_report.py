@@ -1,17 +1,17 @@
 """Ahead-of-time compilation of the train step from shapes alone: per-chip memory, FLOPs,
 collectives, attention kernels and a step-time bound, for any mesh of devices (simulated
-CPU devices, or the abstract chips of a TPU topology compiled by libtpu on a CPU machine).
+CPU devices, or the abstract chips of a TPU topology or a GPU node, compiled by libtpu or
+XLA's CUDA compiler on a CPU machine: encoder/train/targets.py).
 
 `compile_step(config, devices, job)` lowers and compiles exactly the step a run compiles
 (pretraining: encoder.objectives.pretraining.build; fine-tuning: a task head from
 encoder.tasks with the same encoder.train.trainer step); `compile_report` turns it into
-one JSON-able row (`python -m encoder.bench --mode=compile [--topology=v5e:2x2]`).
+one JSON-able row (`python -m encoder.bench --mode=compile [--topology=v5e:2x2|h100:8]`).
 
-`topology_devices('v5e:4x4', num_slices=2)` gives the chips of a slice (or of several
-slices over DCN) as abstract devices: MaxText's train_compile.py does the same to check a
-pod run before it is launched. What the compiled TPU program holds (Mosaic kernels,
-collectives) is read from its optimized HLO text, each instruction weighted by how many
-times its computation runs (a scanned stack's while-loop body runs G times).
+What the compiled program holds (Mosaic, Triton and cuDNN kernels, collectives and the
+hosts their groups span, the largest buffer) is read from its optimized HLO text, each
+instruction weighted by how many times its computation runs (a scanned stack's
+while-loop body runs G times).
 """
 import collections
 import os

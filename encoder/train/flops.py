@@ -50,8 +50,6 @@ def peak_flops_per_device() -> float:
     chip = chips.chip_for_device(dev)
     if chip is not None:
         return chip.peak_flops
-    if "a100" in getattr(dev, "device_kind", "").lower():
-        return 312e12  # NVIDIA A100 datasheet, dense bf16
     return measure_matmul_flops()
 
 
