@@ -14,7 +14,7 @@ one:
                                                      a (bidirectional) window on local blocks
   splash      Pallas TPU splash attention            segment ids + a block-sparse local mask
   pallas_gpu  Pallas Triton flash attention (mha)    segment ids (no window, no bias)
-  auto        TPU: splash; GPU: cudnn (bf16/fp16, K <= 128); else xla; each where it can serve
+  auto        TPU: splash; GPU: cudnn (bf16/fp16, K <= 128; 256 on Hopper); else xla
 
 The platform (native kernel or interpret mode, and `auto`'s choice) is the one the step
 is compiled for: the mesh's devices (encoder/model/sharding.py), not the host's; so is a
@@ -555,10 +555,15 @@ def _run_cudnn(q, k, v, bias, pattern):
                    "[B, 1, T, T] mask")
     mask = lengths = None
     if pattern.documents is not None or pattern.window:
-        if pattern.window or bias is not None:
-            _note_once("attention_impl=cudnn: a local window off its blocks (T not a multiple "
-                       "of the block, or under 4 blocks) or packed documents with an additive "
-                       "bias pass a dense [B, 1, T, T] mask")
+        if pattern.window and bias is None:
+            _note_once(f"attention_impl=cudnn: a local window of {pattern.window} at T = "
+                       f"{length} is off its blocks (T under 4 blocks of "
+                       f"{local_block_size(pattern.window)}, or not a multiple): a dense "
+                       "[B, 1, T, T] mask")
+        elif bias is not None:
+            _note_once("attention_impl=cudnn: an additive bias (alibi, t5_bias, deberta) with "
+                       "packed documents or a window: the bias [B|1, H, T, T] and a dense "
+                       "[B, 1, T, T] mask")
         mask = pattern.dense(length)
     elif pattern.padding is not None:
         # >= 1: an all-padding row keeps one key (finite; its outputs are never read)
