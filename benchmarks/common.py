@@ -55,7 +55,7 @@ def phase_of(config, name: str):
 def experiment_config():
     """The experiment config with the command line's phase, shape and variant overrides."""
     from encoder import errors
-    config, _ = phase_of(FLAGS.config.copy_and_resolve_references(), FLAGS.phase)
+    config, phase = phase_of(FLAGS.config.copy_and_resolve_references(), FLAGS.phase)
     if FLAGS["grad_accum_steps"].present:
         config.train.grad_accum_steps = FLAGS.grad_accum_steps
     if FLAGS["seq_len"].present:
@@ -70,8 +70,9 @@ def experiment_config():
     if config.train.batch_size % accum:
         raise errors.UsageError(
             f"--batch_size={config.train.batch_size} does not split into the "
-            f"{'phase' if FLAGS.phase else 'config'}'s grad_accum_steps={accum} micro-batches: "
-            f"give a multiple of {accum}, or --grad_accum_steps=N")
+            f"grad_accum_steps={accum} micro-batches of "
+            f"{'the config' if phase == 'main' else f'phase {phase!r}'}: give a multiple of "
+            f"{accum}, or --grad_accum_steps=N (or --phase=NAME for another phase)")
     from encoder.jobs import pretrain
     pretrain.validate(config)
     return config
