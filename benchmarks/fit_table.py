@@ -201,7 +201,12 @@ def main():
     parser.add_argument("--target", choices=sorted(TARGETS), default="tpu",
                         help="tpu: v5e:2x2 compiles (v5e, v6e, v5p rows); gpu: h100:8 and "
                              "a100:8 compiles (H100, H200, A100 80 GB rows)")
+    parser.add_argument("--topology", default="",
+                        help="only this one of the target's topologies (e.g. a100:8)")
     args = parser.parse_args()
+    if args.topology and args.topology not in [t[0] for t in TARGETS[args.target]]:
+        parser.error(f"--topology={args.topology}: --target={args.target} compiles "
+                     f"{', '.join(t[0] for t in TARGETS[args.target])}")
     if args.table_from:
         print(table_from(args.table_from, args.target))
         return
@@ -211,6 +216,8 @@ def main():
         if want in (p[0].split(":")[0], f"{p[0].split(':')[0]}@{p[1]}")]
     for target in TARGETS[args.target]:
         topology, per_slice, _ = target
+        if args.topology and topology != args.topology:
+            continue
         # Coverage first (every recipe compiled once, with auto), then each line's second point.
         ones = [compile_row(spec, t, 1, remat, scan, topology, per_slice)
                 for spec, t, remat, scan in plan]

@@ -550,9 +550,15 @@ def _run_cudnn(q, k, v, bias, pattern):
         if cap is not None and cap >= HOPPER:
             _took(implementation, "packed segments")
             return _cudnn_packed(q, k, v, pattern)
+        where = "unknown" if cap is None else f"{cap[0]}.{cap[1]}"
+        if _refuse_pallas_gpu(q, bias, pattern) is None:
+            _note_once(f"attention_impl=cudnn: cuDNN's packed layout needs compute capability "
+                       f"9.0 (Hopper), the target's is {where}: packed documents take the "
+                       "Triton kernel (segment ids)")
+            return _run_pallas_gpu(q, k, v, bias, pattern)
         _note_once(f"attention_impl=cudnn: cuDNN's packed layout needs compute capability "
-                   f"9.0 (Hopper); the target has {cap}: packed documents pass a dense "
-                   "[B, 1, T, T] mask")
+                   f"9.0 (Hopper), the target's is {where}, and the Triton kernel cannot "
+                   "serve the shapes: packed documents pass a dense [B, 1, T, T] mask")
     mask = lengths = None
     if pattern.documents is not None or pattern.window:
         if pattern.window and bias is None:

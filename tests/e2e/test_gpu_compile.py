@@ -115,13 +115,19 @@ def test_head_dim_256_takes_cudnn_on_hopper_and_is_refused_on_ampere():
     ampere = _compile(_config(rows=8, head_dim=256), topology="a100:8")
     assert ampere["attention_kernels"]["cudnn"] == 0
     assert ampere["attention_ran"] == "xla"
+    assert any("head dim <= 128 on this GPU" in n for n in ampere["attention_notes"])
     assert ampere["chip_hbm_bytes"] == 80 * 10**9
 
 
-def test_ampere_names_why_packed_rows_take_a_dense_mask():
+def test_ampere_takes_packed_rows_on_triton_and_says_why():
+    """cuDNN's packed layout needs Hopper: on an A100 packed documents take the Triton
+    kernel (segment ids), not a dense mask; at head dim 256, which Triton cannot take,
+    the dense mask, named."""
     row = _compile(_config(rows=8), topology="a100:8")
-    assert row["attention_layers"] == {"global": ["cudnn (dense mask)"]}, row
-    assert any("needs compute capability 9.0" in n for n in row["attention_notes"]), row
+    assert row["attention_layers"] == {"global": ["pallas_gpu"]}, row
+    assert row["attention_kernels"] == {"mosaic": 0, "triton": 3 * LAYERS, "cudnn": 0}
+    assert any("the target's is 8.0: packed documents take the Triton kernel" in n
+               for n in row["attention_notes"]), row["attention_notes"]
 
 
 def test_fsdp_over_gpus_saves_memory():
