@@ -5,7 +5,9 @@ ids our tokenizer gives, with [CLS] a [SEP] (b [SEP]) and segment ids 0/1 as
 `Tokenizer.encode_example` builds them.
 
 A sentencepiece unigram model becomes a `tokenizers` Unigram model with the
-same pieces and scores, and the same text normalisation: the model file's
+same pieces and scores; a sentencepiece BPE model becomes a `tokenizers` BPE
+model with the same pieces at the same ids and a merge list rebuilt from the
+pieces' scores (`bpe_merges`). Both keep the same text normalisation: the model file's
 precompiled character map (NFKC-style rules), sentencepiece's whitespace
 handling (strip, collapse runs of spaces, a '▁' before every word). The
 normaliser spec is read from the model file's protobuf bytes directly: the
@@ -14,7 +16,9 @@ code, and three fields do not need it.
 
 One difference is by design: HF tokenizers match the special-token strings
 ("[MASK]") in text, which the fill-mask pipeline relies on; our sentencepiece
-tokenizer splits such strings into ordinary pieces (they are control symbols).
+tokenizer splits such strings into ordinary pieces (they are control symbols), and so
+does a byte-level folder of ours (its tokenizer_config.json sets split_special_tokens,
+which the folder written here does not).
 Texts without those literal strings tokenize identically (tested).
 """
 import json
@@ -83,22 +87,56 @@ def _model_type(model_bytes: bytes) -> int:
     return 1  # the proto's default
 
 
+def bpe_merges(pieces: list[tuple[str, float]], exclude=()) -> list[tuple[str, str]]:
+    """The merge list of a sentencepiece BPE model, from its (piece, score) pairs.
+
+    Sentencepiece's BPE encoder starts from characters and repeatedly joins the two
+    adjacent symbols whose concatenation is a piece with the highest score (its
+    trainer scores the i-th merged piece -i). A `tokenizers` BPE model does the same
+    with merge ranks, so every split of a piece into two pieces becomes a merge at
+    that piece's rank, best score first: the pair the trainer merged, and any other
+    pair that would form the piece at encoding time (sentencepiece forms a piece from
+    whichever two pieces meet). Pieces of one character are the alphabet, not merges;
+    `exclude` (the special tokens) never take part.
+    """
+    index = {p: i for i, (p, _) in enumerate(pieces) if i not in exclude}
+    order = sorted((i for i in index.values() if len(pieces[i][0]) > 1),
+                   key=lambda i: (-pieces[i][1], i))
+    merges = []
+    for i in order:
+        piece = pieces[i][0]
+        splits = [(piece[:k], piece[k:]) for k in range(1, len(piece))]
+        found = [(a, b) for a, b in splits if a in index and b in index]
+        # the likely training-time pair first: both halves scored highest
+        found.sort(key=lambda ab: max(index[ab[0]], index[ab[1]]))
+        merges.extend(found)
+    return merges
+
+
 def from_sentencepiece(tok: "tokenizer_lib.SentencePieceTokenizer"):
     """A `tokenizers.Tokenizer` computing the same ids as the sentencepiece model."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import Unigram
+    from tokenizers.models import BPE, Unigram
     with open(tok.path, "rb") as f:
         model_bytes = f.read()
-    if _model_type(model_bytes) != 1:
-        raise ValueError(f"{tok.path}: only unigram sentencepiece models export to "
-                         "tokenizer.json (a BPE model needs its merge list rebuilt, not built); "
-                         "pretrain with data.tokenizer_type=unigram (the default)")
+    model_type = _model_type(model_bytes)
+    if model_type not in (1, 2):
+        raise ValueError(f"{tok.path}: sentencepiece model type {model_type} (word or char) "
+                         "does not export to tokenizer.json; unigram (1) and BPE (2) do")
     spec = normalizer_spec(model_bytes)
     if not spec["escape_whitespaces"]:
         raise ValueError(f"{tok.path}: escape_whitespaces=false is not supported")
     sp = tok.sp
     vocab = [(sp.id_to_piece(i), sp.get_score(i)) for i in range(sp.get_piece_size())]
-    fast = Tokenizer(Unigram(vocab, unk_id=tok.unk_id, byte_fallback=False))
+    if model_type == 1:
+        fast = Tokenizer(Unigram(vocab, unk_id=tok.unk_id, byte_fallback=False))
+    else:
+        # Sentencepiece BPE maps a run of characters outside the vocabulary to one [UNK]
+        # (fuse_unk); the specials are control symbols, never merged.
+        merges = bpe_merges(vocab, exclude=set(tok.special_ids))
+        fast = Tokenizer(BPE({p: i for i, (p, _) in enumerate(vocab)}, merges,
+                             unk_token=sp.id_to_piece(tok.unk_id), fuse_unk=True,
+                             byte_fallback=False))
     steps = []
     if spec["precompiled_charsmap"]:
         steps.append(normalizers.Precompiled(spec["precompiled_charsmap"]))
@@ -107,7 +145,13 @@ def from_sentencepiece(tok: "tokenizer_lib.SentencePieceTokenizer"):
     if steps:
         fast.normalizer = normalizers.Sequence(steps)
     scheme = "always" if spec["add_dummy_prefix"] else "never"
-    fast.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme)
+    # Sentencepiece's trainer splits at whitespace by default (split_by_whitespace), so no
+    # piece spans two words and Metaspace may split the text into words first; a model
+    # trained without that split has pieces with an inner '\u2581' and is encoded whole.
+    split = not any("\u2581" in p[1:] for i, (p, _) in enumerate(vocab)
+                    if i not in tok.special_ids)
+    fast.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme=scheme,
+                                                  split=split)
     fast.decoder = decoders.Metaspace(replacement="\u2581", prepend_scheme=scheme)
     fast.add_special_tokens([AddedToken(sp.id_to_piece(i), special=True, normalized=False)
                              for i in tok.special_ids])
