@@ -4,6 +4,32 @@ import time
 
 import jax
 from absl import flags
+from ml_collections import config_flags
+
+# The flags the step, pipeline, compile and device benchmarks share (each benchmark
+# declares the rest of its own; `python -m encoder bench` adds only --mode).
+config_flags.DEFINE_config_file(
+    "config", None, "step / compile: an experiment file[:arg] (step: instead of --size)",
+    lock_config=True)
+flags.DEFINE_string("size", "mini", "model size preset")
+flags.DEFINE_integer("seq_len", 128, "tokens per row", lower_bound=1)
+flags.DEFINE_integer("batch_size", 32, "rows per step", lower_bound=1)
+flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
+flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
+flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
+flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | splash | "
+                    "pallas_gpu (encoder.model.attention.ATTENTION_BACKENDS)")
+flags.DEFINE_string("remat", "none", "rematerialisation policy")
+flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
+                  "override model.scan_layers")
+flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
+flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
+flags.DEFINE_integer("warmup", 3, "untimed steps after compilation", lower_bound=1)
+flags.DEFINE_string("phase", "", "compile: a phased recipe's phase to compile its step as "
+                    "it runs (its seq_len, batch, accumulation, RoPE base); default: the "
+                    "first phase")
+flags.DEFINE_integer("grad_accum_steps", 1, "compile: micro-batches per step (default: "
+                     "the phase's or config's)", lower_bound=1)
 
 FLAGS = flags.FLAGS
 

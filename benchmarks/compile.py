@@ -12,8 +12,42 @@ import json
 from absl import app, flags
 
 from benchmarks.common import experiment_config
+from encoder.tasks import table as tasks_table
 
+flags.DEFINE_integer("devices", 0, "compile: simulated CPU devices (0: those present)",
+                     lower_bound=0)
+flags.DEFINE_string("topology", "", "compile: a TPU topology (libtpu: v5e:2x2, v5p:4x4x4, "
+                    "v6e:8x8, v4:2x2x1) or a GPU node (XLA's CUDA compiler: h100:8, "
+                    "h100:2x8 = 2 hosts of 8, a100:8, h200:8) to compile for on this "
+                    "machine; empty: --devices")
+flags.DEFINE_integer("num_slices", 1, "compile: slices of --topology joined over DCN",
+                     lower_bound=1)
+flags.DEFINE_enum("job", "pretrain", ["pretrain", "finetune"],
+                  "compile: the pretraining step or a fine-tuning step (with --task)")
+flags.DEFINE_string("task", tasks_table.DEFAULT, "compile --job=finetune: the task type "
+                    f"({' | '.join(tasks_table.having('label_fields'))})")
+flags.DEFINE_multi_string("finetune_set", [], "compile --job=finetune: a fine-tuning field as "
+                          "a run sets it, e.g. mode=lora, lora_rank=16, layer_decay=0.8 "
+                          "(encoder/finetune/config.py's finetune section; repeatable)")
+flags.DEFINE_bool("unrolled_flops", True, "compile: with a scanned stack, also compile 1- and "
+                  "2-layer probes to count the whole step's XLA FLOPs")
 FLAGS = flags.FLAGS
+
+
+def finetune_fields(items) -> dict:
+    """['mode=lora', 'lora_rank=16'] -> {'mode': 'lora', 'lora_rank': 16}, each a field of the
+    fine-tuning config's finetune section (an unknown one is refused, naming the valid)."""
+    from encoder import config as config_lib
+    from encoder.finetune import config as finetune_config
+    known = finetune_config.finetune_config().finetune
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise app.UsageError(f"--finetune_set={item!r}: expected FIELD=VALUE with FIELD one "
+                                 f"of {', '.join(sorted(known))}")
+        out[key] = type(known[key])(config_lib.coerce(value))
+    return out
 
 
 def gib_fields(row: dict) -> dict:
@@ -112,6 +146,9 @@ def side_by_side():
 
 
 def run():
+    if FLAGS.devices:  # before anything initialises the CPU backend
+        import jax
+        jax.config.update("jax_num_cpu_devices", FLAGS.devices)
     if FLAGS.against == "hf":
         return side_by_side()
     if FLAGS.config is None:
@@ -124,7 +161,8 @@ def run():
     config = experiment_config()
     row = compile_report.compile_report(
         config, FLAGS.unrolled_flops, topology=FLAGS.topology,
-        num_slices=FLAGS.num_slices, job=FLAGS.job, task=FLAGS.task)
+        num_slices=FLAGS.num_slices, job=FLAGS.job, task=FLAGS.task,
+        finetune=finetune_fields(FLAGS.finetune_set))
     row["phase"] = phase_of(FLAGS.config, FLAGS.phase)[1]
     row["grad_accum_steps"] = config.train.grad_accum_steps
     print(json.dumps(gib_fields(row)), flush=True)

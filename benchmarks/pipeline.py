@@ -13,13 +13,13 @@ FLAGS = flags.FLAGS
 
 def run():
     import tempfile
-    from encoder.data import pipeline, prepare, shards, tokenizer as tokenizer_lib
+    from encoder.data import pipeline, preparation, shards, tokenizer as tokenizer_lib
     from encoder.data import corpus
     docs = corpus.stdlib_documents()
     with tempfile.TemporaryDirectory() as tmp:
         tok = tokenizer_lib.load(tokenizer_lib.train_sentencepiece(docs, f"{tmp}/sp", 8000))
         t0 = time.perf_counter()
-        manifest = prepare.prepare(prepare.STDLIB, f"{tmp}/prep", tokenizer=tok.path)
+        manifest = preparation.prepare(preparation.STDLIB, f"{tmp}/prep", tokenizer=tok.path)
         prep_s = time.perf_counter() - t0
         c = shards.PreparedCorpus(f"{tmp}/prep")
         rows = shards.PackedRows(c, "train", FLAGS.seq_len, tok.cls_id, tok.sep_id, tok.pad_id)

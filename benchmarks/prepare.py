@@ -5,6 +5,10 @@ import time
 
 from absl import flags
 
+flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
+flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
+flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
+
 FLAGS = flags.FLAGS
 
 

@@ -170,7 +170,8 @@ def max_predictions(seq_len: int, rate: float) -> int:
     return max(1, math.ceil(seq_len * rate))
 
 
-def _coerce(value: str):
+def coerce(value: str):
+    """'3' -> 3, '1e-3' -> 0.001, 'true' -> True, anything else stays a string."""
     for cast in (int, float):
         try:
             return cast(value)
@@ -184,7 +185,7 @@ def parse_arg(arg: str | None) -> dict:
     options = {}
     for item in filter(None, (s.strip() for s in (arg or "").split(","))):
         key, sep, value = item.partition("=")
-        options[key.strip()] = _coerce(value.strip()) if sep else True
+        options[key.strip()] = coerce(value.strip()) if sep else True
     return options
 
 

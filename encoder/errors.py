@@ -5,16 +5,13 @@ folder it owns.
 * `UserFacing` marks an error class whose message is the whole story (a bad flag, file,
   field or folder); `ValueError` and `OSError` are treated the same way (config
   validation, corpus, task-file and run-identity errors all derive from ValueError).
-* `one_line_errors(main, resumable=...)` wraps a command's absl main: those errors end in
-  one `error: ...` line on stderr and exit 1 (the traceback behind --verbosity=1), an
-  absl usage error the same; Ctrl-C ends in one line and exit 75 (EX_TEMPFAIL: run the
-  same command again to resume) where the command resumes, else 130.
+* `message(e)` is the line a user reads; encoder/commands/one_line.py wraps every command
+  so those errors end in one `error: ...` line (exit 1), Ctrl-C in exit 75 or 130.
 * `check_output(folder, kind, ...)` / `mark_output(folder, kind)`: a command that writes a
   folder writes only into one that is new, empty, or carries its own marker
   (`.encoder-output.json`, kind = which command) from an earlier run of the same kind;
   anything else is refused before a byte is written, naming what is there.
 """
-import functools
 import json
 import os
 import sys
@@ -47,65 +44,10 @@ def message(e: BaseException) -> str:
         where = f": {e.filename}" if e.filename else ""
         return f"{e.strerror}{where}"
     if isinstance(e, KeyError) and e.args:
-        return _one_line(str(e.args[0]))
+        return one_line(str(e.args[0]))
     if isinstance(e, UserFacing):  # ours: a diff keeps its lines
         return str(e) or type(e).__name__
-    return _one_line(str(e)) or type(e).__name__
-
-
-def _verbose() -> bool:
-    try:
-        from absl import flags
-        return flags.FLAGS.is_parsed() and flags.FLAGS["verbosity"].value >= 1
-    except Exception:  # flags not defined / not parsed: be quiet
-        return False
-
-
-def ctrl_c_interrupts() -> None:
-    """Ctrl-C raises KeyboardInterrupt in this command, whatever signal state it inherited
-    (a parent that blocked or ignored SIGINT while it started us, as a test runner's worker
-    can be): the command's Ctrl-C promise is the trainer's, which sets its own handler."""
-    import signal
-    if hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
-        try:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-        except ValueError:  # not the main thread (a command called in-process): leave it
-            pass
-
-
-def one_line_errors(main=None, *, resumable=False, name: str = ""):
-    """Decorator for a command's absl main (see the module docstring); resumable: a bool,
-    or a function of nothing read at the interrupt (e.g. the config's mode)."""
-    if main is None:
-        return functools.partial(one_line_errors, resumable=resumable, name=name)
-
-    @functools.wraps(main)
-    def wrapped(argv):
-        from absl import app
-        ctrl_c_interrupts()
-        try:
-            return main(argv)
-        except KeyboardInterrupt:
-            if _verbose():
-                raise
-            if resumable() if callable(resumable) else resumable:
-                print("interrupted; run the same command again to resume", file=sys.stderr,
-                      flush=True)
-                raise SystemExit(STOPPED_EXIT_CODE) from None
-            print("interrupted", file=sys.stderr, flush=True)
-            raise SystemExit(INTERRUPTED_EXIT_CODE) from None
-        except app.UsageError as e:
-            if _verbose():
-                raise
-            raise SystemExit(f"error: {e}") from None
-        except Exception as e:  # noqa: BLE001 -- only the user-facing ones are shortened
-            if not is_user_facing(e) or _verbose():
-                raise
-            prefix = f"{name}: " if name else ""
-            raise SystemExit(f"error: {prefix}{message(e)}") from None
-    return wrapped
+    return one_line(str(e)) or type(e).__name__
 
 
 # ------------------------------------------------------------------ owned output folders
@@ -179,22 +121,7 @@ def inside(path: str, folder: str) -> bool:
     return p == f or p.startswith(f.rstrip(os.sep) + os.sep)
 
 
-def parse_flags(argv: list[str]) -> list[str]:
-    """absl's flags_parser for app.run: a bad flag, flag value or config override (an
-    unknown field, a value of the wrong type) in one `error: ...` line, exit 1."""
-    from absl import flags
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        raise SystemExit(f"error: {_one_line(str(e))} (--helpshort lists the flags)") from None
-    except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
-        if "--verbosity=1" in argv or "-v=1" in argv:
-            raise
-        text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
-        raise SystemExit(f"error: a --config override: {_one_line(text)}") from None
-
-
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
     """A message as one line: a repr'd KeyError unquoted, an embedded traceback reduced to
     its last line (ml_collections puts one inside a config file's error)."""
     text = text.strip()

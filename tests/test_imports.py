@@ -2,9 +2,9 @@
 
 Every `import encoder...` statement in the package (function-level ones too)
 is an edge. Each folder has one rank (RANKS); an edge may only point to a lower
-rank or stay inside its own folder. No per-file exceptions: the only modules
-outside their folder's rank are the public commands (COMMANDS), which must stay
-thin (flags and a call to their job).
+rank or stay inside its own folder. The only exemption is the public names of the
+commands (SHIMS: `python -m encoder.main`, `encoder.data.prepare`, ...), each one line
+over encoder/commands/, which nothing imports.
 """
 import ast
 import os
@@ -25,19 +25,24 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
     "encoder.tasks": 6,        # one file per task type (sits on data, model, eval)
     "encoder.interop": 6,      # HF families as tables: tensors <-> parameter trees
     "encoder.checkpoints": 7,  # the one door every job starts from
-    "encoder.train": 8, "encoder.finetune": 8,  # the trainer library; fine-tuning's parts
+    "encoder.finetune": 7,     # fine-tuning's parts: its config, defaults, LoRA, frozen modes
+    "encoder.train": 8,        # the trainer library: steps (pretraining's, fine-tuning's), loop
     "encoder.jobs": 9,         # the programs
     "encoder.studies": 10,     # runs of many jobs: ablations, the suite
-    "encoder": 11,             # the command modules at the package's top
+    "encoder.commands": 11,    # every command: its flags, then one call into a job
+    "encoder": 12,             # the package itself and `python -m encoder` (__main__)
 }
-# Public commands whose name sits in a lower folder (scripts rely on the names): each is a
-# thin module that defines its flags and calls its job, so it ranks with the commands.
-COMMANDS = {"encoder.interop.export", "encoder.interop.hf_bert", "encoder.eval.baselines",
-            "encoder.eval.probe", "encoder.retrieval.mine"}
+SHIM_PREFIX = '"""`python -m '  # a shim's docstring names the module name scripts type
+
+
+def shims() -> dict[str, str]:
+    """The kept public names (python -m NAME) and the command each one runs."""
+    from encoder.commands import ALIASES
+    return ALIASES
 
 
 def rank(module: str) -> int:
-    if module in COMMANDS:
+    if module in shims():
         return RANKS["encoder"]
     best = max((p for p in RANKS if module == p or module.startswith(p + ".")), key=len)
     return RANKS[best]
@@ -122,10 +127,29 @@ def test_config_is_plain_data():
     assert "jax" not in out
 
 
-def test_commands_in_lower_folders_are_thin():
-    """A command module at a lower folder's name holds flags and a call, no logic."""
+def test_each_kept_name_is_a_one_line_shim_that_nothing_imports():
     mods = modules()
-    for name in COMMANDS:
-        tree = ast.parse(open(mods[name]).read())
-        defs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
-        assert not defs, f"{name} defines {defs}: logic belongs in its job"
+    for name, command in shims().items():
+        lines = open(mods[name]).read().splitlines()
+        assert len(lines) == 2 and lines[0].startswith(SHIM_PREFIX), (name, lines)
+        assert lines[1].startswith('if __name__ == "__main__": from encoder.commands import '
+                                   f'launch; launch("{command}")'), (name, lines[1])
+        assert os.path.isfile(os.path.join(ROOT, "encoder", "commands", f"{command}.py"))
+    imported = {b for _, b in edges(mods)}
+    assert not imported & set(shims()), imported & set(shims())
+
+
+def test_no_main_guard_outside_the_shims():
+    """Commands live in encoder/commands/ (run by launch), not behind __main__ guards."""
+    mods = modules()
+    guarded = [m for m, path in mods.items() if '__name__ == "__main__"' in open(path).read()
+               and m not in shims()]
+    assert not guarded, guarded
+
+
+def test_no_library_module_reads_the_command_line():
+    """Flags are defined and read in encoder/commands/ only: a job takes plain arguments."""
+    mods = modules()
+    readers = [m for m, path in mods.items() if not m.startswith("encoder.commands")
+               and ("flags.FLAGS" in open(path).read() or "DEFINE_" in open(path).read())]
+    assert not readers, readers

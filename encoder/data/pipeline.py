@@ -1,7 +1,7 @@
 """From text to batches: prepared corpora, packing, shuffle, repeat, shard, batch.
 
 `open_pretraining_data` is what a pretraining run reads. Documents mode (the
-default) always trains from a prepared corpus (encoder/data/prepare.py): a
+default) always trains from a prepared corpus (encoder/data/preparation.py): a
 folder named in data.train_files is used as it is; plain text and the
 embedded corpus are prepared once into the run's cache (keyed by the files,
 their sizes and dates, the settings and the tokenizer) and then read the same
@@ -28,7 +28,7 @@ import grain
 import numpy as np
 from absl import logging
 
-from encoder.data import corpus, packing, prepare, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, packing, preparation, shards, tokenizer as tokenizer_lib
 from encoder.data.tokenizer import Tokenizer
 
 
@@ -155,8 +155,8 @@ class PretrainingData:
     description: str
 
 
-def _settings(data_cfg, valid_fraction: float) -> prepare.Settings:
-    return prepare.Settings(bool(data_cfg.one_doc_per_line), int(data_cfg.max_line_chars),
+def _settings(data_cfg, valid_fraction: float) -> preparation.Settings:
+    return preparation.Settings(bool(data_cfg.one_doc_per_line), int(data_cfg.max_line_chars),
                             float(valid_fraction))
 
 
@@ -164,16 +164,16 @@ def _prepared_text(spec: str, data_cfg, valid_fraction: float, tok_path: str, ca
                    primary: bool, barrier: Callable[[str], None]) -> shards.PreparedCorpus:
     """Plain text (or 'stdlib') prepared once into cache/prepared-<plan fingerprint>."""
     s = _settings(data_cfg, valid_fraction)
-    units, _ = prepare.plan_units(spec, s, flag="--config.data." + (
-        "train_files" if spec in (data_cfg.train_files, prepare.STDLIB) else "valid_files"))
-    fp = prepare.plan_fingerprint(spec, units, s, tokenizer_lib.load(tok_path).fingerprint())
+    units, _ = preparation.plan_units(spec, s, flag="--config.data." + (
+        "train_files" if spec in (data_cfg.train_files, preparation.STDLIB) else "valid_files"))
+    fp = preparation.plan_fingerprint(spec, units, s, tokenizer_lib.load(tok_path).fingerprint())
     out = os.path.join(cache, f"prepared-{fp}")
     if primary and not shards.is_prepared(out):
         start = time.time()
-        manifest = prepare.prepare(spec, out, s, tokenizer=tok_path,
+        manifest = preparation.prepare(spec, out, s, tokenizer=tok_path,
                                    num_workers=min(len(units), os.cpu_count() or 1))
         logging.info("prepared %s into %s in %.1fs: %s", spec, out, time.time() - start,
-                     prepare.summary(manifest))
+                     preparation.summary(manifest))
     barrier(f"prepared-{fp}")
     return shards.PreparedCorpus(out)
 
@@ -187,9 +187,9 @@ def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,
     if primary and not os.path.exists(path):
         held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
         s = _settings(data_cfg, held_out)
-        units, _ = prepare.plan_units(data_cfg.train_files or prepare.STDLIB, s,
+        units, _ = preparation.plan_units(data_cfg.train_files or preparation.STDLIB, s,
                                       flag="--config.data.train_files")
-        prepare.train_tokenizer(units, s, path, vocab_size, data_cfg.tokenizer_type,
+        preparation.train_tokenizer(units, s, path, vocab_size, data_cfg.tokenizer_type,
                                 data_cfg.tokenizer_sample_chars)
     barrier("tokenizer")
     return path
@@ -242,13 +242,13 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
         tok = tokenizer_lib.load(data_cfg.tokenizer or train_c.tokenizer_path)
         train_c.check_tokenizer(tok)
         if primary and not data_cfg.tokenizer:  # the workdir carries its tokenizer, as always
-            prepare.install_tokenizer(train_c.tokenizer_path, workdir)
+            preparation.install_tokenizer(train_c.tokenizer_path, workdir)
         barrier("tokenizer")
     else:
         tok_path = _workdir_tokenizer(data_cfg, workdir, vocab_size, primary, barrier)
         tok = tokenizer_lib.load(tok_path)
         held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
-        train_c = _prepared_text(data_cfg.train_files or prepare.STDLIB, data_cfg, held_out,
+        train_c = _prepared_text(data_cfg.train_files or preparation.STDLIB, data_cfg, held_out,
                                  tok_path, cache, primary, barrier)
     valid_c, valid_split = train_c, "valid"
     if data_cfg.valid_files:

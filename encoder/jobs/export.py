@@ -260,14 +260,3 @@ def _swap_in(tmp: str, dst: str) -> None:
     os.replace(tmp, dst)
     shutil.rmtree(aside)  # the previous export: check_out found only its own files
 
-
-@errors.one_line_errors(name="export")
-def main(argv):
-    del argv
-    from absl import flags, logging
-    f = flags.FLAGS
-    if not f["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
-    result = export(f.workdir, f.out, f.format, f.family)
-    print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
-          f"(family {result['family']}, head {result['kind']})")

@@ -23,24 +23,22 @@ import os
 import shutil
 from typing import Any
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 from absl import logging
 
 from encoder import registry
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline, tokenizer as tokenizer_lib
 from encoder.eval import inference
-from encoder.finetune import defaults, frozen, layer_decay, lora
+from encoder.finetune import defaults, frozen, lora
 from encoder.tasks.base import LabelSet, Task, TaskDataError
 from encoder.tasks.table import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
 from encoder.train import metrics_io, optimizer as optimizer_lib, partitioning
-from encoder.train import trainer as trainer_lib, workdir as workdir_lib
+from encoder.train import finetune_step, loop, trainer as trainer_lib
+from encoder.train import workdir as workdir_lib
 
 
 def validate(config, num_devices: int | None = None) -> None:
@@ -71,19 +69,6 @@ def load_source(config) -> sources.Pretrained:
     cfg = config.model.copy_and_resolve_references()
     cfg.vocab_size = tok.vocab_size
     return sources.Pretrained(cfg, None, tok, kind="scratch")
-
-
-def make_optimizer(config, params, num_layers: int, total_steps: int):
-    """AdamW over the trainable leaves (frozen.py), with layer-wise decay if asked."""
-    t = config.train.copy_and_resolve_references()
-    t.num_steps = total_steps
-    t.warmup_steps = int(config.finetune.warmup_fraction * total_steps)
-    adamw = optimizer_lib.make_optimizer(t)
-    if config.finetune.layer_decay < 1.0:
-        adamw = optax.chain(adamw, layer_decay.scale_updates(params, num_layers,
-                                                             config.finetune.layer_decay))
-    return optax.multi_transform({"train": adamw, "freeze": optax.set_to_zero()},
-                                 frozen.trainable_labels(params, config.finetune.mode)), t
 
 
 @dataclasses.dataclass
@@ -149,12 +134,8 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     mesh = partitioning.make_mesh(config.mesh, devices)
     validate(config, mesh.devices.size)
     src = load_source(config)
-    model_cfg = src.model_cfg.copy_and_resolve_references()
-    if config.finetune.mode == "lora" or config.finetune.layer_decay < 1.0:
-        with model_cfg.ignore_type():  # LoRA and layer decay address each blocks_i on its own
-            model_cfg.scan_layers = "false"  # (init_from's merge unstacks a scanned source)
-    defaults.resolve(config, model_cfg.hidden_size, model_cfg.num_layers)
-    model_cfg.dropout = model_cfg.attention_dropout = config.finetune.dropout
+    defaults.resolve(config, src.model_cfg.hidden_size, src.model_cfg.num_layers)
+    model_cfg = finetune_step.model_config(config, src.model_cfg)
     models.validate_config(model_cfg, config.data.max_seq_len)
 
     # A resumed run keeps its label order (the head's rows); a failed attempt without a
@@ -185,31 +166,11 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     steps_per_epoch = n_train // bs
     total = config.train.num_steps or steps_per_epoch * config.train.num_epochs
 
-    model = task.model(models.freeze(model_cfg), config.pooling)
-    ids = jnp.ones((1, 8), jnp.int32)
-    model_init = lambda rng: model.init(rng, ids, ids * 0, ids)["params"]  # noqa: E731
-    shapes = nn.unbox(jax.eval_shape(model_init, jax.random.key(0)))
-
-    def init_params(rng):
-        k_model, k_lora = jax.random.split(rng)
-        tree = {"model": model_init(k_model)}
-        if config.finetune.mode == "lora":
-            tree["lora"] = lora.init(k_lora, shapes["encoder"], config.finetune.lora_rank)
-        return tree
-
-    abstract = nn.unbox(jax.eval_shape(init_params, jax.random.key(0)))
-    tx, train_cfg = make_optimizer(config, abstract, model_cfg.num_layers, total)
-    f = config.finetune
-
-    def loss_fn(params, batch, rng):
-        out = task.forward(model, lora.effective(params, f.lora_alpha, f.lora_rank), batch,
-                           deterministic=False, rngs={"dropout": rng})
-        loss = task.loss(out, batch)
-        return loss, {"loss": loss}
-
-    trainer = trainer_lib.Trainer(mesh, tx, init_params, loss_fn, seed=config.seed)
-    return FineTuning(config, workdir, src, task, model_cfg, model, splits, train_source,
-                      trainer, train_cfg, steps_per_epoch, total)
+    step = finetune_step.build(config, task, model_cfg, total)
+    trainer = trainer_lib.Trainer(mesh, step.tx, step.init_params, step.loss_fn,
+                                  seed=config.seed)
+    return FineTuning(config, workdir, src, task, model_cfg, step.model, splits, train_source,
+                      trainer, step.train_cfg, steps_per_epoch, total)
 
 
 def head_rows(src: sources.Pretrained, task: str, labels: LabelSet | None) -> str:
@@ -298,6 +259,35 @@ def _recover_best(workdir: str) -> None:
             os.replace(candidate, best)
 
 
+@dataclasses.dataclass
+class DevScore:
+    """The end-of-epoch evaluator: dev/* metrics of the current parameters (with no dev
+    file, none) and `score`, what the best epoch is chosen by: the task's primary dev
+    metric, else minus the training loss."""
+    run: FineTuning
+    eval_state: Any           # jitted (params, batch) -> the task's outputs
+
+    def __call__(self, state, step: int, last: dict) -> dict:
+        row = {"epoch": step // self.run.steps_per_epoch}
+        score = -last.get("train/loss", math.nan)
+        if "dev" in self.run.splits:
+            m, _ = score_split(self.run, self.eval_state, state.params, self.run.splits["dev"])
+            row.update({f"dev/{k}": v for k, v in m.items()})
+            score = m.get(self.run.task.primary_metric, score)
+        row["score"] = score
+        return row
+
+
+def _epoch_line(tick) -> None:
+    """One JSON line per epoch on stdout: epoch, step, train loss, dev metrics, best."""
+    if "epoch" in tick.row:
+        print(json.dumps({"epoch": tick.row["epoch"], "step": tick.step,
+                          "train/loss": tick.row.get("train/loss", math.nan),
+                          **{k: v for k, v in tick.row.items()
+                             if k != "epoch" and not k.startswith("train/")}}),
+              flush=True)
+
+
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
 MUTABLE = ("train.num_epochs", "train.num_steps", "train.checkpoint_every",
            "train.keep_checkpoints", "train.progress", "data.test_file", "eval", "mesh",
@@ -329,35 +319,17 @@ def _finetune(config, workdir: str, devices=None) -> dict:
     eval_state = jax.jit(lambda p, b: run.task.forward(run.model, run.effective(p), b),
                          in_shardings=(run.trainer.shardings.params, run.trainer.batch_sharding),
                          out_shardings=run.trainer.replicated)
-    best_path = os.path.join(workdir, "best.json")
     best = {"score": -math.inf}
-    if restored is not None and os.path.exists(best_path):
+    if restored is not None and os.path.exists(os.path.join(workdir, "best.json")):
         if primary:
             _recover_best(workdir)
-        with open(best_path) as f:
+        with open(os.path.join(workdir, "best.json")) as f:
             best = json.load(f)
         best["score"] = -math.inf if best.get("score") is None else best["score"]
-
-    def end_of_epoch(state, step, last):
-        epoch = step // run.steps_per_epoch
-        train_loss = last.get("train/loss", math.nan)
-        row = {"epoch": epoch}  # joins the step's training row: epoch, train/loss, dev/*, best
-        score = -train_loss
-        if "dev" in run.splits:
-            m, _ = score_split(run, eval_state, state.params, run.splits["dev"])
-            row.update({f"dev/{k}": v for k, v in m.items()})
-            score = m.get(run.task.primary_metric, score)
-        score = score if math.isfinite(score) else -math.inf  # NaN (e.g. constant Pearson)
-        if score > best["score"] or "step" not in best:  # the first epoch always counts
-            best.update(score=score, step=step, epoch=epoch)
-            _save_best(run, run.effective(state.params),
-                       {**best, "score": score if math.isfinite(score) else None})
-            row["best"] = True
-        print(json.dumps({"epoch": epoch, "step": step, "train/loss": train_loss,
-                          **{k: v for k, v in row.items() if k != "epoch"}}), flush=True)
-        return row
-
-    opts = trainer_lib.LoopOptions(
+    keep_best = loop.KeepBest(
+        "score", lambda state, row: _save_best(run, run.effective(state.params), row), best,
+        fields=("epoch",))
+    opts = loop.LoopOptions(
         num_steps=run.total_steps, log_every=run.steps_per_epoch,
         checkpoint_every=cfg.train.checkpoint_every or run.steps_per_epoch,
         eval_every=run.steps_per_epoch,
@@ -369,10 +341,11 @@ def _finetune(config, workdir: str, devices=None) -> dict:
     if data_state is not None:
         it.set_state(data_state)
     try:
-        state, last = trainer_lib.run_loop(run.trainer, state, it, mngr, writer, opts,
-                                           evaluate=end_of_epoch,
-                                           meta={"task": cfg.task, "objective": "finetune"},
-                                           restored_meta=start.meta)
+        state, last = loop.run_loop(
+            run.trainer, state, it, mngr, writer, opts, evaluate=DevScore(run, eval_state),
+            on_evaluation=[keep_best, _epoch_line], meta={"task": cfg.task,
+                                                          "objective": "finetune"},
+            restored_meta=start.meta)
     finally:
         mngr.close()
         writer.close()

@@ -1,6 +1,6 @@
 """Import a HuggingFace checkpoint folder as a params folder of this codebase.
 
-    python -m encoder.interop.hf_bert --checkpoint DIR --out DIR
+    python -m encoder import_hf --checkpoint DIR --out DIR   (= encoder.interop.hf_bert)
 
 reads any family encoder/interop/families.py lists (BERT, RoBERTa, ALBERT,
 ELECTRA, RoFormer, ModernBERT, DeBERTa-v2; the module keeps its first name)
@@ -19,23 +19,18 @@ def config_from_hf(hf_config: dict):
     return hf.family_of(hf_config).config_from_hf(hf_config)
 
 
-def main(argv):
-    del argv
-    from absl import flags
+def import_folder(checkpoint: str, out: str) -> int:
+    """Writes the HF folder `checkpoint` as a params folder at `out` (new, empty or an
+    earlier import) with its tokenizer beside it; returns the parameter count."""
     from encoder import errors
     from encoder.checkpoints import store
     from encoder.data import tokenizer as tokenizer_lib
-    from absl import logging
-    if not flags.FLAGS["verbosity"].present:
-        logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
-    out = flags.FLAGS.out
-    # --out first (before the checkpoint is read): new, empty or an earlier import; the
-    # errors end as every command's, `error: ...` (one_line_errors).
+    # --out first (before the checkpoint is read): new, empty or an earlier import
     errors.check_output(out, "import", "--out")
-    if errors.inside(out, flags.FLAGS.checkpoint) or errors.inside(flags.FLAGS.checkpoint, out):
+    if errors.inside(out, checkpoint) or errors.inside(checkpoint, out):
         raise errors.NotOurs(f"--out={out} is, contains or lies inside --checkpoint")
-    cfg, params = load(flags.FLAGS.checkpoint)
-    tokenizer = tokenizer_lib.load(flags.FLAGS.checkpoint)
+    cfg, params = load(checkpoint)
+    tokenizer = tokenizer_lib.load(checkpoint)
     errors.mark_output(out, "import")
     config_json = os.path.join(out, "model_config.json")
     if os.path.exists(config_json):  # an earlier import: incomplete until rewritten
@@ -44,9 +39,7 @@ def main(argv):
     # save_params writes model_config.json last (a complete folder).
     tokenizer.save(os.path.join(out, "tokenizer"))
     store.save_params(out, params, cfg)
-    count = sum(v.size for v in _leaves(params))
-    print(f"wrote {flags.FLAGS.out}: {count:,} parameters")
-
+    return sum(v.size for v in _leaves(params))
 
 def _leaves(tree):
     if isinstance(tree, dict):

@@ -1,6 +1,6 @@
 """The mining job: hard negatives for a pairs file, mined by a model.
 
-    python -m encoder.retrieval.mine --init_from=MODEL --pairs=PAIRS.jsonl \\
+    python -m encoder mine --init_from=MODEL --pairs=PAIRS.jsonl \\
         [--corpus=CORPUS.jsonl] --out=TRIPLES.jsonl [--num_negatives=K] \\
         [--relative_margin=0.05] [--absolute_margin=M] [--max_score=S] [--range_min=R]
 
@@ -19,8 +19,6 @@ import os
 import tempfile
 
 import jax
-import numpy as np
-from absl import flags
 
 from encoder import errors
 from encoder.checkpoints import sources
@@ -28,8 +26,6 @@ from encoder.eval import embeddings
 from encoder.retrieval import beir, mining
 from encoder.tasks import files
 from encoder.train import partitioning
-
-FLAGS = flags.FLAGS
 
 
 def read_pairs(path: str) -> list[dict]:
@@ -154,14 +150,3 @@ def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
                  negatives=int(sum(len(n) for n in negatives)))
     return stats
 
-
-def main(argv):
-    if len(argv) > 1:
-        raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
-    filters = {name: getattr(FLAGS, name) for name in
-               ("range_min", "range_max", "absolute_margin", "relative_margin", "max_score")}
-    stats = mine_file(FLAGS.init_from, FLAGS.pairs, FLAGS.out, FLAGS.corpus,
-                      FLAGS.num_negatives, FLAGS.pooling, FLAGS.max_len, FLAGS.query_prefix,
-                      FLAGS.passage_prefix, **filters)
-    print(json.dumps(stats), flush=True)
-    return 0 if np.isfinite(stats["mean_positive_score"]) else 1

@@ -29,9 +29,9 @@ from encoder.data import pipeline
 from encoder.eval import evaluators
 from encoder.objectives import objectives, pretraining
 from encoder.train import flops, optimizer, partitioning, phases as phases_lib
-from encoder.train import trainer as trainer_lib
+from encoder.train import loop, trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
-from encoder.train.trainer import report
+from encoder.train.loop import report
 
 
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
@@ -335,7 +335,7 @@ def _train(config, workdir: str, devices=None) -> dict:
                 if data_state is not None and phases_lib.resumes_stream(phase, step0, plan):
                     it.set_state(data_state)
             data_state = None  # only the first phase of this process resumes a position
-            opts = trainer_lib.LoopOptions(
+            opts = loop.LoopOptions(
                 num_steps=phase.end, log_every=cfg.train.log_every,
                 checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
                 tokens_per_step=pc.train.batch_size * pc.data.seq_len,
@@ -343,7 +343,7 @@ def _train(config, workdir: str, devices=None) -> dict:
                 peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
                 learning_rate=plan.schedule, progress=cfg.train.progress, seed=cfg.seed,
                 time_budget_s=float(cfg.train.get("time_budget_s", 0.0)))
-            state, last = trainer_lib.run_loop(
+            state, last = loop.run_loop(
                 prun.trainer, state, phases_lib.Batches(it, phase, int(state.step)), mngr,
                 phases_lib.PhaseWriter(writer, phase, plan), opts, evaluate=_evaluate(prun),
                 meta={"objective": cfg.objective, "phase": phase.name,

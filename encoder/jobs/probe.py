@@ -248,21 +248,22 @@ def heatmap(table: dict, path: str) -> None:
     plt.close(fig)
 
 
-def main(argv):
-    del argv
-    from absl import flags
-    f = flags.FLAGS
-    src = sources.load(f.init_from)
-    params = random_params(src.model_cfg, f.seed) if f.random_init else src.params
+def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train: int = 2000,
+          max_tokens: int = 20000, max_len: int = 128, seed: int = 0) -> dict:
+    """Per-layer probes of the model at init_from on each task folder; writes
+    out/probes.json and out/probes.png and returns the scores."""
+    src = sources.load(init_from)
+    params = random_params(src.model_cfg, seed) if random_init else src.params
     scores = {}
-    for folder in f.tasks:
-        train, dev, kind = read_task(folder, f.max_train, f.seed)
+    for folder in tasks:
+        train, dev, kind = read_task(folder, max_train, seed)
         name = os.path.basename(os.path.normpath(folder))
         scores[name] = probe_examples(src.model_cfg, params, src.tokenizer, train, dev, kind,
-                                      f.max_len, f.seed, f.max_tokens)
+                                      max_len, seed, max_tokens)
         print(f"{name}: layers {[round(x, 3) for x in scores[name]['layers']]} "
               f"(control {[round(x, 3) for x in scores[name]['control']]})", flush=True)
-    os.makedirs(f.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     from encoder.train import metrics_io
-    metrics_io.write_json(os.path.join(f.out, "probes.json"), scores)
-    heatmap(scores, os.path.join(f.out, "probes.png"))
+    metrics_io.write_json(os.path.join(out, "probes.json"), scores)
+    heatmap(scores, os.path.join(out, "probes.png"))
+    return scores

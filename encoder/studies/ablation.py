@@ -35,6 +35,7 @@ in units of its standard error), DIR/loss_curves.png, DIR/final_metric.png.
 on every pretraining run, in <run>/suite/, and adds its average (and each task's
 median) as suite/* columns; the suite average is then the primary metric.
 """
+import dataclasses
 import itertools
 import json
 import math
@@ -42,44 +43,18 @@ import os
 import sys
 
 import numpy as np
-from absl import app, flags
-from ml_collections import config_flags
 
-from encoder import errors, tether
+from encoder import config as config_lib, errors, tether
 from encoder.studies import jobconfig, report, runner
-from encoder.studies.launchers import flags as launcher_flags  # --launcher and its options
 from encoder.train import flops
 
-config_flags.DEFINE_config_file("config", None, "the base experiment file[:arg]",
-                                lock_config=True)
-flags.DEFINE_multi_string("sweep", [], "field=v1,v2,... (repeatable)")
-flags.DEFINE_bool("zip", False, "zip the sweeps instead of taking their product")
-flags.DEFINE_integer("seeds", 1, "seed indices per variant")
-flags.DEFINE_integer("parallel", 1, "runs at once")
-flags.DEFINE_bool("equal_flops", False, "equal compute: steps = budget / FLOPs per step")
-flags.DEFINE_string("finetune", "", "fine-tuning experiment file[:arg] run on each variant")
-flags.DEFINE_string("finetune_data", "", "folder with train.jsonl and dev.jsonl")
-flags.DEFINE_multi_string("finetune_set", [], "field=value overrides for fine-tuning, e.g. "
-                          "train.learning_rate=1e-3 (repeatable)")
-flags.DEFINE_string("suite", "", "run encoder.suite on each run: a tasks folder, or "
-                    "'embedded' for the default suite built from the standard library")
-flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suite, e.g. "
-                          "--suite_arg=--preset=runlocal (repeatable)")
-flags.DEFINE_list("wsd_budgets", [], "a WSD study (steps, e.g. 150,300,450): per variant and "
-                  "seed one stable run, then for each budget B a decay of "
-                  "--wsd_decay_fraction x B steps from its checkpoint at the rest of B")
-flags.DEFINE_float("wsd_decay_fraction", 0.2, "a WSD study: the decay's share of each budget")
-flags.DEFINE_string("wsd_shape", "linear", "a WSD study: the decay's shape (linear | cosine | "
-                    "1-sqrt)")
-flags.DEFINE_string("workdir", None, "the study's folder", required=True)
-FLAGS = flags.FLAGS
 
 
 def parse_sweep(spec: str) -> tuple[str, list]:
     field, sep, values = spec.partition("=")
     if not sep or not values:
         raise ValueError(f"--sweep={spec!r}: expected field=v1,v2,...")
-    found = [jobconfig.coerce(v.strip()) for v in values.split(",") if v.strip()]
+    found = [config_lib.coerce(v.strip()) for v in values.split(",") if v.strip()]
     repeated = sorted({str(v) for v in found if found.count(v) > 1})
     if repeated:  # one run reported as two seeds with spread 0
         raise ValueError(f"--sweep={spec!r} repeats {', '.join(repeated)}: give each value once "
@@ -383,52 +358,72 @@ def plot(rows, table, metric, root) -> None:
                      f"{metric} per variant (mean ± std over seeds)", (7, 4.5))
 
 
-def main(argv):
-    del argv
-    root = os.path.abspath(FLAGS.workdir)
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """What one `encoder.ablate` command asks for (its flags, as data)."""
+    workdir: str
+    config: object                 # the base experiment's ConfigDict
+    sweeps: tuple = ()             # "field=v1,v2,..." strings
+    zipped: bool = False
+    seeds: int = 1
+    parallel: int = 1
+    equal_flops: bool = False
+    finetune: str = ""
+    finetune_data: str = ""
+    finetune_set: tuple = ()
+    suite: str = ""
+    suite_args: tuple = ()         # encoder.suite flags for every suite (launcher ones too)
+    wsd_budgets: tuple = ()
+    wsd_decay_fraction: float = 0.2
+    wsd_shape: str = "linear"
+
+
+def check(study: Study) -> None:
+    """Everything a study can be refused for, before anything is written."""
+    if study.seeds < 1 or study.parallel < 1:
+        raise errors.UsageError(f"--seeds and --parallel must be at least 1, got {study.seeds} "
+                                f"and {study.parallel}")
+    if study.finetune and not study.finetune_data:
+        raise errors.UsageError("--finetune needs --finetune_data")
+    for name in ("train.jsonl", "dev.jsonl") if study.finetune else ():
+        if not os.path.isfile(os.path.join(study.finetune_data, name)):  # before any run
+            raise errors.UsageError(f"--finetune_data={study.finetune_data} has no {name}")
+
+
+def run_study(study: Study, launcher) -> None:
+    """Plans, runs (through `launcher`) and compares the study's runs."""
+    root = os.path.abspath(study.workdir)
     # The study's folder: new, empty or an earlier ablation's (its marker, or its runs/);
     # nothing is written before every check below has passed.
     errors.check_output(root, "ablate", "--workdir",
                         legacy=lambda d: os.path.isdir(os.path.join(d, "runs")))
-    if FLAGS.seeds < 1 or FLAGS.parallel < 1:
-        raise app.UsageError(f"--seeds and --parallel must be at least 1, got {FLAGS.seeds} "
-                             f"and {FLAGS.parallel}")
-    if FLAGS.finetune and not FLAGS.finetune_data:
-        raise app.UsageError("--finetune needs --finetune_data")
-    for name in ("train.jsonl", "dev.jsonl") if FLAGS.finetune else ():
-        if not os.path.isfile(os.path.join(FLAGS.finetune_data, name)):  # before any run
-            raise app.UsageError(f"--finetune_data={FLAGS.finetune_data} has no {name}")
-    sweeps = [parse_sweep(s) for s in FLAGS.sweep]
-    planned = plan(FLAGS.config, expand(sweeps, FLAGS.zip), FLAGS.seeds, FLAGS.equal_flops)
+    check(study)
+    sweeps = [parse_sweep(s) for s in study.sweeps]
+    planned = plan(study.config, expand(sweeps, study.zipped), study.seeds, study.equal_flops)
     stables = []
-    if FLAGS.wsd_budgets:  # the stable runs first; the runs compared are their decays
+    if study.wsd_budgets:  # the stable runs first; the runs compared are their decays
         try:
-            stables, planned = wsd_runs(planned, root, FLAGS.wsd_budgets,
-                                        FLAGS.wsd_decay_fraction, FLAGS.wsd_shape)
+            stables, planned = wsd_runs(planned, root, study.wsd_budgets,
+                                        study.wsd_decay_fraction, study.wsd_shape)
         except ValueError as e:
-            raise app.UsageError(str(e)) from None
+            raise errors.UsageError(str(e)) from None
     errors.mark_output(root, "ablate")
     print(f"{len(stables) + len(planned)} runs: " + ", ".join(
         r["dir"] for r in stables + planned), flush=True)
-    launcher = launcher_flags.make(FLAGS.parallel, job_name="ablate")
     try:
         if stables and not execute(pretraining_runs(stables, root), launcher):
             return
         if not execute(pretraining_runs(planned, root), launcher):
             return  # detached or a dry run: the same command later waits and reports
-        if FLAGS.finetune and not execute(finetuning_runs(
-                planned, root, FLAGS.finetune, FLAGS.finetune_data, FLAGS.finetune_set),
+        if study.finetune and not execute(finetuning_runs(
+                planned, root, study.finetune, study.finetune_data, study.finetune_set),
                 launcher):
             return
     except RuntimeError as e:
         raise SystemExit(f"error: {e}") from None
-    if FLAGS.suite:  # each suite sends its fine-tuning runs through the same launcher
-        extra = list(FLAGS.suite_arg) + launcher_flags.passthrough()
-        failed = [f for f in (suite_run(r, root, FLAGS.suite, extra) for r in planned) if f]
+    if study.suite:  # each suite sends its fine-tuning runs through the same launcher
+        failed = [f for f in (suite_run(r, root, study.suite, list(study.suite_args))
+                              for r in planned) if f]
         if failed:
             raise SystemExit("error: " + "\n".join(failed))
     write_results([read_run(r, root) for r in planned], root)
-
-
-if __name__ == "__main__":
-    app.run(main)

@@ -16,6 +16,8 @@ import os
 
 import ml_collections
 
+from encoder import config as config_lib
+
 JOB_CONFIG = "job_config.py"
 _OPEN, _CLOSE = "CONFIG = json.loads(r'''", "''')"
 _TEMPLATE = '''"""This run's whole configuration, written by the study runner (encoder/studies/).
@@ -35,16 +37,6 @@ def get_config(arg=None):
     del arg
     return ml_collections.ConfigDict(CONFIG)
 '''
-
-
-def coerce(text: str):
-    """'3' -> 3, '1e-3' -> 0.001, 'true' -> True, anything else stays a string."""
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"true": True, "false": False}.get(text.lower(), text)
 
 
 def load_experiment(spec: str) -> ml_collections.ConfigDict:
@@ -71,7 +63,7 @@ def set_field(config, path: str, value) -> None:
         raise ValueError(f"field {path!r}: no {leaf!r} in the config")
     current = target[leaf]
     if isinstance(value, str) and current is not None and not isinstance(current, str):
-        value = coerce(value)
+        value = config_lib.coerce(value)
     if isinstance(current, bool) and not isinstance(value, bool):
         raise ValueError(f"field {path!r}: {value!r} is not a bool (true or false)")
     if current is not None and not isinstance(current, bool):
@@ -102,7 +94,7 @@ def parse_sets(sets) -> dict:
         path, sep, value = kv.partition("=")
         if not sep or not path.strip():
             raise ValueError(f"expected field=value, got {kv!r}")
-        out[path.strip()] = coerce(value.strip())
+        out[path.strip()] = config_lib.coerce(value.strip())
     return out
 
 

@@ -1,6 +1,6 @@
 """Baselines with no model, that every fine-tuning result is reported next to.
 
-    python -m encoder.eval.baselines --task=classification --train=train.jsonl --dev=dev.jsonl
+    python -m encoder baselines --task=classification --train=train.jsonl --dev=dev.jsonl
     python -m encoder.suite --baseline=bow --workdir=OUT     (a whole suite: the same rows)
 
 A predictor is `predict(train, splits) -> one list of predictions per split`, each
@@ -21,10 +21,6 @@ shared TF-IDF machinery is encoder/tasks/bow.py. The methods:
             first word. Regression, STS and retrieval have none (a constant has no
             correlation and no ranking).
 """
-import json
-
-from absl import flags
-
 from encoder.tasks.table import TASKS, lookup
 
 
@@ -55,8 +51,3 @@ def run(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> dict:
     return {name: score(task, dev, table[task](train, [dev])[0], tasks)
             for name, table in methods(tasks).items() if task in table}
 
-
-def main(argv):
-    del argv
-    f = flags.FLAGS
-    print(json.dumps(run(f.task, f.train, f.dev), indent=1))

@@ -14,7 +14,6 @@ instruction weighted by how many times its computation runs (a scanned stack's
 while-loop body runs G times).
 """
 import collections
-import os
 import re
 import time
 
@@ -22,10 +21,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors
 from encoder.model import attention, scan
 from encoder.objectives import pretraining
-from encoder.train import chips, flops, optimizer, partitioning, targets, trainer as trainer_lib
+from encoder.train import chips, finetune_step, flops, optimizer, partitioning, targets
+from encoder.train import trainer as trainer_lib
 
 JOBS = ("pretrain", "finetune")
 COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
@@ -55,40 +54,38 @@ def abstract_batch(config, mesh) -> dict:
     return batch
 
 
-def _finetune_pieces(config, task_name: str, mesh):
-    """(init_params, loss_fn, abstract batch) of a fine-tuning step: the task type's own
-    head, forward and loss (encoder.tasks) on the recipe's encoder, as the finetune job
-    builds them. Imports encoder.tasks lazily (the one edge from train/ to tasks/)."""
-    from encoder.model import models
+def finetune_config(config, finetune: dict | None = None):
+    """A fine-tuning config over a pretraining experiment's model, batch and length, with
+    fine-tuning's own fields (mode, lora_rank, layer_decay, ...) from `finetune`."""
+    from encoder.finetune import config as finetune_config_lib
+    ft = finetune_config_lib.finetune_config()
+    ft.model = config.model.copy_and_resolve_references()
+    ft.pooling = config.get("pooling", "cls")
+    ft.train.update(batch_size=config.train.batch_size, learning_rate=1e-4, num_steps=1000)
+    ft.data.max_seq_len = config.data.seq_len
+    ft.finetune.update(dict(dropout=float(config.model.dropout), **(finetune or {})))
+    return ft
+
+
+def _finetune_pieces(config, task_name: str, mesh, finetune: dict | None = None):
+    """(init_params, loss_fn, tx, abstract batch) of a fine-tuning step, built by the one
+    builder the fine-tuning job trains with (encoder/train/finetune_step.py): the task
+    type's head and loss, LoRA, frozen modes and layer decay included."""
     from encoder.tasks.table import TASKS
     built = [name for name, cls in TASKS.items() if cls.label_fields]
     if task_name not in built:
         raise ValueError(f"--task={task_name!r}: the compile report builds {sorted(built)}")
     cls = TASKS[task_name]
+    ft = finetune_config(config, finetune)
+    ft.task = task_name
     # three placeholder label names where the head's rows come from the training file
     # (the first is tagging's outside tag); the shapes are all the compile needs
-    task = cls(config, None, labels=["O", "B-X", "I-X"] if cls.uses_labels else None)
-    model = task.model(models.freeze(config.model), config.pooling)
-    ids = jnp.ones((1, 8), jnp.int32)
-
-    def init_params(rng):
-        return {"model": model.init(rng, ids, ids * 0, ids)["params"]}
-
-    def loss_fn(params, batch, rng):
-        out = task.forward(model, params["model"], batch, deterministic=False,
-                           rngs={"dropout": rng})
-        loss = task.loss(out, batch)
-        return loss, {"loss": loss}
-
-    b, t = config.train.batch_size, config.data.seq_len
-    sharding = partitioning.batch_sharding(mesh)
-    batch = {k: jax.ShapeDtypeStruct((b, t), jnp.int32, sharding=sharding)
-             for k in ("input_ids", "segment_ids", "attention_mask")}
-    batch["weight"] = jax.ShapeDtypeStruct((b,), jnp.float32, sharding=sharding)
-    for name, shape, dtype in cls.label_fields:
-        batch[name] = jax.ShapeDtypeStruct((b, *[t if s == "T" else s for s in shape]), dtype,
-                                           sharding=sharding)
-    return init_params, loss_fn, batch
+    task = cls(ft, None, labels=["O", "B-X", "I-X"] if cls.uses_labels else None)
+    step = finetune_step.build(ft, task, finetune_step.model_config(ft, config.model),
+                               ft.train.num_steps)
+    batch = finetune_step.abstract_batch(cls, config.train.batch_size, config.data.seq_len,
+                                         partitioning.batch_sharding(mesh))
+    return step.init_params, step.loss_fn, step.tx, batch
 
 
 class StepCompile(collections.namedtuple("StepCompile", "compiled abstract shardings mesh "
@@ -100,20 +97,23 @@ class StepCompile(collections.namedtuple("StepCompile", "compiled abstract shard
     the shapes, is not the step and is not counted."""
 
 
-def compile_step(config, devices=None, job: str = "pretrain", task: str | None = None):
+def compile_step(config, devices=None, job: str = "pretrain", task: str | None = None,
+                 finetune: dict | None = None):
     """The train step lowered and compiled for config's shapes, from shapes alone (no
-    parameter is allocated): a StepCompile."""
+    parameter is allocated): a StepCompile. job="finetune": task's fine-tuning step, with
+    `finetune` fields (mode="lora", lora_rank, layer_decay) as a fine-tuning run sets them."""
     if job not in JOBS:
         raise ValueError(f"job must be one of {JOBS}, got {job!r}")
     mesh = partitioning.make_mesh(config.mesh, devices)
-    tx = optimizer.make_optimizer(config.train)
     if job == "pretrain":
         pieces = pretraining.build(config)
         init_params, loss_fn, prepare = pieces.init_params, pieces.loss_fn, pieces.prepare
+        tx = optimizer.make_optimizer(config.train)
         batch = abstract_batch(config, mesh)
     else:
         from encoder.tasks.table import DEFAULT
-        init_params, loss_fn, batch = _finetune_pieces(config, task or DEFAULT, mesh)
+        init_params, loss_fn, tx, batch = _finetune_pieces(config, task or DEFAULT, mesh,
+                                                           finetune)
         prepare = None
     abstract, shardings = trainer_lib.state_shapes(init_params, tx, mesh, jax.random.key(0))
     step = trainer_lib.jit_step(trainer_lib.make_step(
@@ -433,7 +433,7 @@ def _oom_row(error: Exception) -> dict | None:
 
 def compile_report(config, unrolled_flops: bool = True, devices=None, *, topology: str = "",
                    num_slices: int = 1, job: str = "pretrain",
-                   task: str | None = None) -> dict:
+                   task: str | None = None, finetune: dict | None = None) -> dict:
     """One row per compile: memory per chip, FLOPs, collectives, kernels, fit, step bound.
 
     XLA's FLOPs count every op of the step (norms, softmax, the optimizer, the masking);
@@ -447,9 +447,12 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
     devices = list(devices if devices is not None else jax.devices())
     platform = devices[0].platform
     chip = chips.chip_for_topology(topology) if topology else chips.chip_for_device(devices[0])
-    p = scan.plan(config.model)
+    model_cfg = config.model if job != "finetune" else finetune_step.model_config(
+        finetune_config(config, finetune), config.model)  # as the fine-tuning step runs it
+    p = scan.plan(model_cfg)
     mesh_shape = partitioning.make_mesh(config.mesh, devices).shape
     row = {"benchmark": "compile", "job": job, "task": task if job == "finetune" else None,
+           "finetune": dict(finetune or {}) if job == "finetune" else None,
            "size": config.model.size, "objective": config.objective,
            "num_layers": config.model.num_layers, "scan_groups": p.groups if p else 0,
            "seq_len": config.data.seq_len, "global_batch": config.train.batch_size,
@@ -457,14 +460,14 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
            "chips": len(devices), "devices": len(devices), "mesh": dict(mesh_shape),
            "rows_per_chip": config.train.batch_size / len(devices),
            "dtype": config.model.dtype, "remat": config.model.remat,
-           "scan_layers": str(config.model.get("scan_layers", "false")),
+           "scan_layers": str(model_cfg.get("scan_layers", "false")),
            "attention_impl": config.model.attention_impl,
            "attention_dropout": config.model.attention_dropout,
            "chip_hbm_bytes": chip.hbm_bytes if chip else None}
     with attention.recording() as notes:
         try:
             compiled, abstract, shardings, mesh, (lower_s, compile_s), ran, layers = \
-                compile_step(config, devices, job, task)
+                compile_step(config, devices, job, task, finetune)
         except Exception as e:  # noqa: BLE001 - only an out-of-memory compile becomes a row
             oom = _oom_row(e)
             if oom is None or not topology:

@@ -10,31 +10,24 @@ builds the mesh shardings once (eval_shape -> shardings -> jit(init,
 out_shardings)), and jit-compiles the step with explicit shardings and the
 old state donated.
 
-`run_loop` is the loop both jobs share: it keeps each step's metrics on
-device and reads them only at logging, evaluation and checkpoint steps,
-stops on a non-finite loss naming its step, writes metrics.jsonl and
-TensorBoard, evaluates through a callback, checkpoints every N steps, at the
-end, and on SIGTERM or Ctrl-C (SIGINT; a second Ctrl-C exits at once).
+The loop both jobs run is encoder/train/loop.py (a step, then periodic actions).
 `restore_or_init` resumes from the workdir's newest checkpoint that restores,
-else applies an init source, else starts from scratch.
+else applies an init source, else starts from scratch; `open_run` does that and
+writes the run's config records.
 """
 import dataclasses
-import math
 import os
-import signal
-import time
 from typing import Any, Callable
 
 import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
-from absl import logging
 
 from encoder.checkpoints import store
-from encoder.train import metrics_io, optimizer, partitioning, workdir as workdir_lib
+from encoder.train import metrics_io, partitioning, workdir as workdir_lib
+from encoder.train.loop import report
 
 
 @flax.struct.dataclass
@@ -228,201 +221,3 @@ def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
             f.write(resolved.to_json(indent=2))
         workdir_lib.record_identity(workdir, requested, topology)
     return mngr, writer, start
-
-
-@dataclasses.dataclass
-class LoopOptions:
-    """What the loop needs to know besides the trainer: counts, cadences, figures."""
-    num_steps: int
-    log_every: int
-    checkpoint_every: int
-    eval_every: int = 0                # 0: no evaluation callback
-    tokens_per_step: int = 0
-    flops_per_step: float = 0.0        # 0: no MFU column
-    peak_flops: float = 0.0
-    learning_rate: Callable[[int], float] | None = None
-    progress: bool = False
-    seed: int = 0
-    # > 0: a wall-clock budget (optimizer.scale_by_clock): the run stops once this many
-    # seconds of its loops (every attempt's, compile and evaluation included) are spent
-    time_budget_s: float = 0.0
-
-
-class StopFlag:
-    """Set by SIGTERM or the first Ctrl-C: checkpoint and exit at the next step boundary."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.set = False
-        self.previous = {}
-
-    def __call__(self, signum, frame):
-        if self.set and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: exit now
-        self.set = True  # first: nothing below may stop the flag from being set
-        try:  # os.write: a signal landing mid-print must not re-enter the stdout buffer
-            os.write(2, f"received signal {signum}: checkpointing at the next step, then "
-                        "stopping (Ctrl-C again to exit at once)\n".encode())
-        except OSError:
-            pass
-
-    def agreed(self) -> bool:
-        """The flag as every process sees it (any process signalled); call at the same step
-        on all processes. One process alone would save a collective checkpoint and hang."""
-        if jax.process_count() == 1:
-            return self.set
-        from jax.experimental import multihost_utils
-        return bool(np.any(multihost_utils.process_allgather(np.array(self.set))))
-
-    def __enter__(self):
-        for s in self.SIGNALS:
-            try:
-                self.previous[s] = signal.signal(s, self)
-            except ValueError:  # not the main thread: signals stay with the caller
-                pass
-        return self
-
-    def __exit__(self, *exc):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-
-# The loop's clock for a time budget (a module attribute, so a test can drive it).
-clock: Callable[[], float] = time.monotonic
-
-
-def report(line: str) -> None:
-    """A progress line on stdout (process 0 only) and in the absl log."""
-    logging.info(line)
-    if jax.process_index() == 0:
-        print(line, flush=True)
-
-
-def run_loop(trainer: Trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
-             opts: LoopOptions, evaluate: Callable | None = None,
-             meta: dict | None = None, restored_meta: dict | None = None) -> tuple[Any, dict]:
-    """Trains from state.step to opts.num_steps; returns (final state, last metrics).
-
-    batches: an iterator of this process's numpy batches with get_state().
-    evaluate(state, step, last) -> metrics dict, called every opts.eval_every
-    steps and at the end (last: the latest training metrics, this step's
-    included); its metrics join that step's row of metrics.jsonl.
-    """
-    base_key = jax.random.key(opts.seed)
-    start = int(state.step)
-    budget = float(opts.time_budget_s)
-    spent_before = float((restored_meta or {}).get("clock_s", 0.0))
-    clock_t0 = clock()
-
-    def budget_share() -> float:
-        """The share of the time budget spent so far (0 without a budget); process 0's
-        clock, so every process steps with the same learning rate and stops together."""
-        if not budget:
-            return 0.0
-        share = (spent_before + clock() - clock_t0) / budget
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-            share = float(multihost_utils.broadcast_one_to_all(np.float64(share)))
-        return share
-    share = budget_share()
-    share_used = share  # the share the last step's learning rate was read at
-    progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
-    window: dict[str, float] = dict((restored_meta or {}).get("window", {}))
-    window_steps = int((restored_meta or {}).get("window_steps", 0))
-    timed_steps, window_t0 = 0, time.time()  # throughput counts only this process's steps
-    pending: list = []  # (step, metrics on device) not yet read by the host
-    last: dict = {}
-    workdir = writer.workdir
-
-    def absorb():
-        """Reads pending metrics (the only host sync), checks them, adds them up."""
-        nonlocal window_steps, timed_steps
-        for step_no, metrics in jax.device_get(pending):
-            loss = float(metrics["loss"])
-            if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite loss ({loss}) at step {step_no}; stopping. The last good "
-                    f"checkpoint (step {mngr.latest_step()}) in {workdir} is intact.")
-            for k, v in metrics.items():
-                window[k] = window.get(k, 0.0) + float(v)
-            window_steps += 1
-            timed_steps += 1
-        pending.clear()
-
-    def train_row(step: int) -> dict:
-        nonlocal window_steps, timed_steps, window_t0
-        elapsed = max(time.time() - window_t0, 1e-9)
-        row = {f"train/{k}": v / window_steps for k, v in window.items()}
-        if opts.tokens_per_step:
-            row["train/tokens_per_s"] = timed_steps * opts.tokens_per_step / elapsed
-        if opts.learning_rate is not None:  # on a clock: the schedule at its share of steps
-            row["train/learning_rate"] = float(opts.learning_rate(
-                share_used * opts.num_steps if budget else step))
-        if budget:
-            row["train/time_budget_share"] = min(share, 1.0)
-        if opts.flops_per_step and opts.peak_flops:
-            row["train/mfu"] = (timed_steps * opts.flops_per_step / elapsed
-                                / (opts.peak_flops * jax.device_count()))
-        window.clear()
-        window_steps, timed_steps, window_t0 = 0, 0, time.time()
-        return row
-
-    stopping = False
-    with StopFlag() as stop:
-        try:
-            if budget and share >= 1.0:
-                report(f"the time budget ({budget:g} s) was spent at step {start}: nothing to do")
-            for step in range(start, opts.num_steps if share < 1.0 else start):
-                batch = trainer.shard(next(batches))
-                if budget:  # this step's learning rate: the schedule at the budget's share
-                    share_used = min(share, 1.0)
-                    state = state.replace(opt_state=optimizer.set_clock(state.opt_state,
-                                                                        share_used))
-                state, metrics = trainer.step_fn(state, batch, jax.random.fold_in(base_key, step))
-                step_no = step + 1
-                pending.append((step_no, metrics))
-                # the clock is read after every step (several processes: at log steps only,
-                # where they synchronise anyway)
-                if budget and (jax.process_count() == 1 or step_no % opts.log_every == 0):
-                    share = budget_share()
-                spent = bool(budget) and share >= 1.0
-                done = step_no == opts.num_steps or spent
-                if jax.process_count() == 1 or step_no % opts.log_every == 0 or done:
-                    stopping = stop.agreed()  # at the same steps on every process
-                row = {}
-                if step_no % opts.log_every == 0 or done or stopping:
-                    absorb()
-                    row = train_row(step)
-                    progress.update(step_no, row["train/loss"], row.get("train/tokens_per_s", 0))
-                if evaluate is not None and opts.eval_every and (
-                        step_no % opts.eval_every == 0 or done):
-                    absorb()
-                    row.update(evaluate(state, step_no, {**last, **row}) or {})
-                if row:  # one row per step: training and evaluation metrics together
-                    writer.write(step_no, row)
-                    report(f"step {step_no}: " + ", ".join(
-                        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in row.items()))
-                    last.update(row)
-                if step_no % opts.checkpoint_every == 0 or done or stopping:
-                    absorb()  # never save a state whose loss was not checked
-                    store.save(mngr, step_no, state, batches.get_state(),
-                               {"step": step_no, **(meta or {}), "window": dict(window),
-                                "window_steps": window_steps,
-                                **({"clock_s": share * budget} if budget else {})})
-                if spent:
-                    report(f"the time budget ({budget:g} s) is spent: stopping at step "
-                           f"{step_no} (checkpoint saved)")
-                    break
-                if stopping:
-                    logging.warning("stopped by signal at step %d (checkpoint saved)", step_no)
-                    report(f"stopped by signal at step {step_no}; checkpoint saved in {workdir}")
-                    break
-            absorb()
-        finally:
-            mngr.wait_until_finished()
-            progress.close()
-    last["stopped"] = stopping and int(state.step) < opts.num_steps
-    last["signalled"] = stopping  # a run in phases stops even when the signal hit a phase's end
-    return state, last

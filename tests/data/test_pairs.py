@@ -7,7 +7,7 @@ import types
 import numpy as np
 import pytest
 
-from encoder.data import pairs, prepare, shards, tokenizer as tokenizer_lib
+from encoder.data import pairs, preparation, shards, tokenizer as tokenizer_lib
 from encoder.tasks.base import TaskDataError
 from encoder.tasks.contrastive import Contrastive
 
@@ -45,9 +45,9 @@ def pair_corpus(text_corpus, tmp_path_factory):
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     out = str(d / "prepared")
-    s = prepare.Settings(one_doc_per_line=True, valid_fraction=0.0, shard_mb=0.02,
+    s = preparation.Settings(one_doc_per_line=True, valid_fraction=0.0, shard_mb=0.02,
                          records="pairs", **PREFIXES)
-    manifest = prepare.prepare(path, out, s, tokenizer=tok_path, num_workers=1)
+    manifest = preparation.prepare(path, out, s, tokenizer=tok_path, num_workers=1)
     return rows, path, out, manifest, tokenizer_lib.load(tok_path)
 
 
@@ -72,7 +72,7 @@ def test_manifest_counts_pairs_bad_lines_and_negatives(pair_corpus):
     assert manifest["stats"]["bad_records"] == len(BAD_LINES)
     assert manifest["max_negatives"] == 3
     assert any("no string 'text_b'" in x for x in manifest["stats"]["skipped"])
-    assert "pairs" in prepare.summary(manifest)
+    assert "pairs" in preparation.summary(manifest)
 
 
 @pytest.mark.parametrize("num_negatives", [0, 2])
@@ -114,7 +114,7 @@ def test_pair_and_text_corpora_are_not_read_as_each_other(pair_corpus, text_corp
     assert not (tmp_path / "wd").exists()  # refused before the workdir got a tokenizer
     folder, tok_path = text_corpus
     text_out = str(tmp_path / "text")
-    prepare.prepare(folder, text_out, prepare.Settings(shard_mb=1.0), tokenizer=tok_path)
+    preparation.prepare(folder, text_out, preparation.Settings(shard_mb=1.0), tokenizer=tok_path)
     with pytest.raises(shards.CorpusError, match="text records.*contrastive task reads pairs"):
         _task(tok).training_source(text_out)
 
@@ -129,11 +129,11 @@ def test_another_tokenizer_is_refused(pair_corpus, tmp_path):
 
 
 def test_pair_settings_are_checked_before_anything_is_written(tmp_path):
-    for s, match in ((prepare.Settings(records="pairs"), "one JSON object a line"),
-                     (prepare.Settings(passage_prefix="p: "), "for --records=pairs"),
-                     (prepare.Settings(records="rows"), "--records='rows'")):
+    for s, match in ((preparation.Settings(records="pairs"), "one JSON object a line"),
+                     (preparation.Settings(passage_prefix="p: "), "for --records=pairs"),
+                     (preparation.Settings(records="rows"), "--records='rows'")):
         with pytest.raises(ValueError, match=match):
-            prepare.check_settings(s)
+            preparation.check_settings(s)
 
 
 def test_a_record_round_trips_with_hashes_of_the_raw_texts():

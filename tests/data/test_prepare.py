@@ -5,9 +5,9 @@ import os
 import numpy as np
 import pytest
 
-from encoder.data import corpus, packing, pipeline, prepare, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, packing, pipeline, preparation, shards, tokenizer as tokenizer_lib
 
-SMALL_UNITS = prepare.Settings(shard_mb=0.05)  # ~50 KB units: many cuts inside each file
+SMALL_UNITS = preparation.Settings(shard_mb=0.05)  # ~50 KB units: many cuts inside each file
 
 
 def _manifest_core(m):
@@ -19,17 +19,17 @@ def _manifest_core(m):
 def prepared(text_corpus, tmp_path_factory):
     folder, tok = text_corpus
     out = str(tmp_path_factory.mktemp("prep") / "corpus")
-    manifest = prepare.prepare(folder, out, SMALL_UNITS, tokenizer=tok, num_workers=1)
+    manifest = preparation.prepare(folder, out, SMALL_UNITS, tokenizer=tok, num_workers=1)
     return out, manifest
 
 
 def test_units_cut_at_document_starts_read_the_same_documents(text_corpus):
     folder, _ = text_corpus
     files = corpus.expand_paths(folder)
-    for s in (SMALL_UNITS, prepare.Settings(one_doc_per_line=True, shard_mb=0.05)):
-        units, _ = prepare.plan_units(folder, s)
+    for s in (SMALL_UNITS, preparation.Settings(one_doc_per_line=True, shard_mb=0.05)):
+        units, _ = preparation.plan_units(folder, s)
         assert len(units) > 6
-        cut = [d for u in units for d in prepare.read_unit(u, s, corpus.CorpusStats())]
+        cut = [d for u in units for d in preparation.read_unit(u, s, corpus.CorpusStats())]
         whole = list(corpus.read_documents(files, s.one_doc_per_line))
         assert cut == whole
 
@@ -62,7 +62,7 @@ def test_prepared_rows_equal_in_memory_packing(text_corpus, prepared, restart):
 
 def test_two_workers_write_the_same_corpus(text_corpus, prepared, tmp_path):
     folder, tok = text_corpus
-    m2 = prepare.prepare(folder, str(tmp_path / "w2"), SMALL_UNITS, tokenizer=tok,
+    m2 = preparation.prepare(folder, str(tmp_path / "w2"), SMALL_UNITS, tokenizer=tok,
                          num_workers=2)
     assert _manifest_core(m2) == _manifest_core(prepared[1])  # checksums included
 
@@ -72,11 +72,11 @@ def test_machines_share_the_units_and_the_last_writes_the_manifest(text_corpus, 
     folder, tok = text_corpus
     out = str(tmp_path / "cluster")
     with pytest.raises(ValueError, match="no tokenizer yet"):
-        prepare.prepare(folder, out, SMALL_UNITS, machine_index=0, num_machines=2)
-    first = prepare.prepare(folder, out, SMALL_UNITS, tokenizer=tok, machine_index=0,
+        preparation.prepare(folder, out, SMALL_UNITS, machine_index=0, num_machines=2)
+    first = preparation.prepare(folder, out, SMALL_UNITS, tokenizer=tok, machine_index=0,
                             num_machines=2)
     assert first is None and not os.path.exists(os.path.join(out, "manifest.json"))
-    last = prepare.prepare(folder, out, SMALL_UNITS, tokenizer=tok, machine_index=1,
+    last = preparation.prepare(folder, out, SMALL_UNITS, tokenizer=tok, machine_index=1,
                            num_machines=2)
     assert _manifest_core(last) == _manifest_core(prepared[1])
 
@@ -84,16 +84,16 @@ def test_machines_share_the_units_and_the_last_writes_the_manifest(text_corpus, 
 def test_beam_pipeline_writes_the_same_corpus(text_corpus, prepared, tmp_path):
     pytest.importorskip("apache_beam")
     folder, tok = text_corpus
-    m = prepare.prepare_with_beam(folder, str(tmp_path / "beam"), SMALL_UNITS, tokenizer=tok)
+    m = preparation.prepare_with_beam(folder, str(tmp_path / "beam"), SMALL_UNITS, tokenizer=tok)
     assert _manifest_core(m) == _manifest_core(prepared[1])
 
 
 def test_changed_input_is_refused_on_resume(text_corpus, tmp_path):
     folder, tok = text_corpus
     out = str(tmp_path / "c")
-    prepare.prepare(os.path.join(folder, "part0.txt"), out, SMALL_UNITS, tokenizer=tok)
+    preparation.prepare(os.path.join(folder, "part0.txt"), out, SMALL_UNITS, tokenizer=tok)
     with pytest.raises(ValueError, match="different input or settings"):
-        prepare.prepare(folder, out, SMALL_UNITS, tokenizer=tok)
+        preparation.prepare(folder, out, SMALL_UNITS, tokenizer=tok)
 
 
 def test_tokenizer_sample_is_drawn_across_the_whole_corpus(tmp_path):
@@ -104,8 +104,8 @@ def test_tokenizer_sample_is_drawn_across_the_whole_corpus(tmp_path):
         with open(tmp_path / name, "w") as f:
             for _ in range(4000):
                 f.write(" ".join(rng.choice(words, 30)) + "\n\n")
-    units, _ = prepare.plan_units(str(tmp_path), prepare.Settings(valid_fraction=0.0))
-    sample = list(prepare.sample_documents(units, prepare.Settings(valid_fraction=0.0),
+    units, _ = preparation.plan_units(str(tmp_path), preparation.Settings(valid_fraction=0.0))
+    sample = list(preparation.sample_documents(units, preparation.Settings(valid_fraction=0.0),
                                            sample_chars=100_000))
     second = sum(len(d) for d in sample if "omega" in d) / sum(len(d) for d in sample)
     assert 95_000 <= sum(len(d) for d in sample) <= 130_000

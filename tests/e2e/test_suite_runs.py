@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from encoder.data import stdlib_tasks
+from encoder.data import embedded_tasks
 from encoder.studies import records
 from encoder.studies.suite import battery
 from helpers import ROOT, child_env, topic_task
@@ -31,7 +31,7 @@ def test_the_embedded_suite_end_to_end(embedded, tiny_pretrained, tmp_path):
                                 probe=True, probe_max_train=32, env=_env())
     result = battery.run_suite(opts)
     assert result["failed"] == 0
-    names = set(stdlib_tasks.TASK_META)
+    names = set(embedded_tasks.TASK_META)
     assert {s["task"] for s in result["tasks"]} == names and not result["missing"]
     assert all(math.isfinite(s["median"]) for s in result["tasks"])
     assert math.isfinite(result["averages"]["average"])

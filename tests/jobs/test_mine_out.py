@@ -71,7 +71,3 @@ def test_a_stopped_write_leaves_the_old_output_and_no_scratch(tmp_path):
     assert os.listdir(tmp_path) == ["triples.jsonl"]
     assert json.loads(first.splitlines()[0]) == {"text_a": "q", "text_b": "d", "negatives": ["n1"]}
 
-
-def test_an_extra_argument_is_refused():
-    with pytest.raises(errors.UsageError, match="unexpected arguments: \\['extra'\\]"):
-        mine.main(["mine", "extra"])

@@ -10,7 +10,7 @@ import pytest
 
 from encoder.retrieval import beir
 
-from encoder.data import stdlib_tasks
+from encoder.data import embedded_tasks
 from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
 from encoder.studies import records, runner
@@ -208,7 +208,7 @@ def test_the_embedded_suite_builds_every_task_type(embedded, tmp_path):
                      ("finetune", "tagging"), ("finetune", "qa"), ("sts", "sts"),
                      ("retrieval", "retrieval")}
     by = {t.name: t for t in tasks}
-    assert set(by) == set(stdlib_tasks.TASK_META)
+    assert set(by) == set(embedded_tasks.TASK_META)
     single = catalog.read_split(by["topic"], "train")[0][0]
     pair = catalog.read_split(by["same_package"], "train")[0][0]
     assert "text" in single and {"text_a", "text_b"} <= set(pair)
@@ -225,8 +225,8 @@ def test_the_embedded_suite_builds_every_task_type(embedded, tmp_path):
     # deterministic: the splits of a second build are the same bytes (the parse is one per
     # process, in sorted-walk order; the builders and their seeds run again)
     again = tmp_path / "again"
-    stdlib_tasks.write_task(str(again), "relatedness", stdlib_tasks.relatedness_task(
-        stdlib_tasks.documented_functions()), lambda e: e["text_a"] + e["text_b"])
+    embedded_tasks.write_task(str(again), "relatedness", embedded_tasks.relatedness_task(
+        embedded_tasks.documented_functions()), lambda e: e["text_a"] + e["text_b"])
     for split in ("train", "dev", "test"):
         with open(again / "relatedness" / f"{split}.jsonl") as f1, \
                 open(os.path.join(embedded, "relatedness", f"{split}.jsonl")) as f2:

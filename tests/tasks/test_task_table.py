@@ -27,7 +27,7 @@ from helpers import ROOT, write_jsonl
 # reads the type's class from TASKS.
 NAMED_ELSEWHERE = {
     # data, not dispatch: files that say which type a task is, as a task.json does
-    "encoder/data/stdlib_tasks.py": "writes the embedded tasks' task.json (data sits below "
+    "encoder/data/embedded_tasks.py": "writes the embedded tasks' task.json (data sits below "
                                     "tasks/ and may not import the table)",
     "encoder/studies/suite/glue.py": "GLUE's task definitions (Wang et al. 2019, Table 1)",
     # plain-data configs may not import the table (tests/test_imports.py)

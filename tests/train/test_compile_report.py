@@ -82,3 +82,21 @@ def test_word_masking_recipes_compile_from_shapes():
     config.masking.mode = "span"
     row = compile_report.compile_report(config, devices=jax.devices()[:1])
     assert row["fits"] is not False and row["temp_bytes"] > 0 and row["xla_flops"] > 0
+
+
+def test_a_lora_finetuning_step_compiles_as_the_job_trains_it():
+    """--job=finetune builds its step with the fine-tuning job's own builder
+    (encoder/train/finetune_step.py): LoRA adds its adapters beside the model's
+    parameters and Adam keeps moments for the adapters alone; a frozen encoder keeps
+    moments for the head alone."""
+    config = _config("true")
+    full, lora, frozen = (compile_report.compile_report(
+        config, False, devices=jax.devices()[:1], job="finetune", task="classification",
+        finetune=ft) for ft in ({}, {"mode": "lora", "lora_rank": 4}, {"mode": "frozen"}))
+    assert full["finetune"] == {} and lora["finetune"] == {"mode": "lora", "lora_rank": 4}
+    # rank-4 adapters on every attention and MLP matrix of 2 layers: a few thousand numbers
+    assert 0 < lora["parameters"] - full["parameters"] < 0.2 * full["parameters"]
+    assert lora["optimizer_bytes"] < 0.25 * full["optimizer_bytes"]
+    assert frozen["optimizer_bytes"] < lora["optimizer_bytes"]
+    # LoRA addresses each layer's matrices: the step runs the stack unscanned (as the job)
+    assert lora["scan_layers"] == "false" and full["scan_layers"] == "true"

@@ -7,7 +7,7 @@ then), and stop what it started if interrupted; `detached` says it returned
 before its runs ended (--detach, --dry_run): the study then writes no report.
 The SLURM and TPU VM launchers also have `run_job(args, workdir)`, which
 `python -m encoder.main --launcher=...` calls for one run. Their command-line
-flags are in flags.py, shared by encoder.main, encoder.ablate and encoder.suite.
+flags are in encoder/commands/launcher_flags.py, shared by the run, ablate and suite commands.
 """
 from encoder import registry
 from encoder.studies.launchers import local, slurm, tpu_vm

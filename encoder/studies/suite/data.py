@@ -12,15 +12,15 @@ EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
 
 def embedded_tasks(root: str) -> str:
     """OUT/tasks, built from the standard library once per Python version (deterministic)."""
-    from encoder.data import stdlib_tasks
+    from encoder.data import embedded_tasks
     folder = os.path.join(root, EMBEDDED)
     stamp = os.path.join(folder, "built.json")
-    version = {"python": sys.version, "tasks": sorted(stdlib_tasks.TASK_META)}
+    version = {"python": sys.version, "tasks": sorted(embedded_tasks.TASK_META)}
     if os.path.exists(stamp):
         with open(stamp) as f:
             if json.load(f) == version:
                 return folder
-    counts = stdlib_tasks.build_all(folder)
+    counts = embedded_tasks.build_all(folder)
     print(f"embedded tasks built in {folder}: {json.dumps(counts)}", flush=True)
     with open(stamp, "w") as f:
         json.dump(version, f)

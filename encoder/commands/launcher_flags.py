@@ -1,4 +1,4 @@
-"""The launcher flags of `encoder.main`, `encoder.ablate` and `encoder.suite` (one definition).
+"""The launcher flags of the run, ablate and suite commands (one definition).
 
     --launcher=local|slurm|tpu_vm
     --slurm_partition --slurm_account --slurm_qos --slurm_time --slurm_nodes --slurm_tasks

@@ -1,0 +1,79 @@
+"""Every command in one place: `python -m encoder COMMAND [flags]` (or `encoder COMMAND`
+once installed with `pip install -e .`).
+
+Each command is one module here: its flags, then one call into a job. COMMANDS is the
+table `python -m encoder` lists; the public module names of earlier releases
+(`python -m encoder.main`, `encoder.data.prepare`, ...) are one-line shims over
+`launch(NAME)` (ALIASES), so scripts that type them keep working.
+"""
+import importlib
+import sys
+
+# name -> what it does (the module is encoder/commands/<name>.py)
+COMMANDS = {
+    "run": "a job from an experiment file: pretrain, finetune, evaluate or embed "
+           "(--config=experiments/NAME.py[:arg] --workdir=DIR)",
+    "suite": "the downstream suite of one model (or a --baseline) into one folder",
+    "ablate": "an ablation study: sweep variants x seeds, compare them",
+    "bench": "benchmarks that print JSON lines (step, pipeline, prepare, compile, device)",
+    "merge": "average or merge checkpoints into a params folder",
+    "prepare": "text -> a prepared corpus (tokenizer, ArrayRecord shards, manifest)",
+    "tasks": "write the embedded downstream tasks (from the standard library's docs)",
+    "export": "a checkpoint -> a HuggingFace folder (transformers | sentence_transformers)",
+    "import_hf": "a HuggingFace folder -> a params folder of this codebase",
+    "mine": "mine hard negatives for contrastive pairs with a model",
+    "probe": "per-layer linear probes of a model on task folders",
+    "baselines": "no-model baselines (TF-IDF, majority) on one task's train/dev files",
+}
+
+# the module names scripts type (python -m NAME) -> the command each runs
+ALIASES = {
+    "encoder.main": "run", "encoder.suite": "suite", "encoder.ablate": "ablate",
+    "encoder.bench": "bench", "encoder.merge": "merge", "encoder.data.prepare": "prepare",
+    "encoder.data.stdlib_tasks": "tasks", "encoder.interop.export": "export",
+    "encoder.interop.hf_bert": "import_hf", "encoder.retrieval.mine": "mine",
+    "encoder.eval.probe": "probe", "encoder.eval.baselines": "baselines",
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    return ("usage: python -m encoder COMMAND [flags]   (COMMAND --helpshort: its flags)\n\n"
+            "commands:\n" + "\n".join(lines))
+
+
+def launch(name: str, argv: list[str] | None = None) -> None:
+    """Runs command NAME as the program: its module defines its flags on import, then
+    absl parses argv (default: this process's arguments) and calls its `main`."""
+    from absl import app
+
+    from encoder.commands.one_line import parse_flags
+    if name not in COMMANDS:
+        raise SystemExit(f"error: unknown command {name!r}\n\n{usage()}")
+    argv = list(sys.argv if argv is None else argv)
+    # the launchers resubmit sys.argv[1:]; the program name says which command it was
+    sys.argv = [f"encoder {name}"] + argv[1:]
+    module = importlib.import_module(f"encoder.commands.{name}")
+    _help_names(module)
+    app.run(module.main, argv=sys.argv, flags_parser=parse_flags)
+
+
+def _help_names(module) -> None:
+    """--helpshort lists the flags of the program's main module (absl keys it by argv[0])
+    and --help prints __main__'s docstring: both are the command's."""
+    from absl import flags
+    by_module = flags.FLAGS.flags_by_module_dict()
+    for owner in (module.__name__, "encoder.commands.launcher_flags"):
+        for flag in by_module.get(owner, ()):
+            flags.FLAGS.register_flag_by_module(sys.argv[0], flag)
+    sys.modules["__main__"].__doc__ = module.__doc__
+
+
+def cli() -> None:
+    """`python -m encoder COMMAND ...` and the `encoder` console script."""
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        raise SystemExit(0 if args else 2)
+    launch(args[0], [sys.argv[0]] + args[1:])

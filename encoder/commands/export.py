@@ -1,0 +1,27 @@
+"""`python -m encoder export` (= `encoder.interop.export`): a checkpoint as a HuggingFace
+folder; the job is encoder/jobs/export.py."""
+from absl import flags, logging
+
+from encoder import errors
+from encoder.jobs import export
+from encoder.commands.one_line import one_line_errors
+
+flags.DEFINE_string("workdir", None, "a workdir of this codebase, a params folder or hf:DIR",
+                    required=True)
+flags.DEFINE_string("out", None, "the HuggingFace folder to write (new, empty, or a "
+                    "previous export holding only what it wrote, which is replaced)", required=True)
+flags.DEFINE_enum("format", "transformers", export.FORMATS, "what to write")
+flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
+                    "modernbert, deberta); empty: the one that computes the model exactly")
+FLAGS = flags.FLAGS
+
+
+@one_line_errors(name="export")
+def main(argv):
+    if len(argv) > 1:
+        raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
+    result = export.export(FLAGS.workdir, FLAGS.out, FLAGS.format, FLAGS.family)
+    print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
+          f"(family {result['family']}, head {result['kind']})")

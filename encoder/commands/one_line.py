@@ -1,0 +1,80 @@
+"""How every command fails: the errors a user can act on end in one `error: ...` line on
+stderr and exit 1 (the traceback behind --verbosity=1), an absl usage error or a bad flag
+the same; Ctrl-C ends in one line and exit 75 (EX_TEMPFAIL: run the same command again
+to resume) where the command resumes, else 130. Which errors are the user's:
+encoder/errors.py.
+"""
+import functools
+import sys
+
+from encoder import errors
+
+
+def _verbose() -> bool:
+    try:
+        from absl import flags
+        return flags.FLAGS.is_parsed() and flags.FLAGS["verbosity"].value >= 1
+    except Exception:  # flags not defined / not parsed: be quiet
+        return False
+
+
+def ctrl_c_interrupts() -> None:
+    """Ctrl-C raises KeyboardInterrupt in this command, whatever signal state it inherited
+    (a parent that blocked or ignored SIGINT while it started us, as a test runner's worker
+    can be): the command's Ctrl-C promise is the trainer's, which sets its own handler."""
+    import signal
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        try:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        except ValueError:  # not the main thread (a command called in-process): leave it
+            pass
+
+
+def one_line_errors(main=None, *, resumable=False, name: str = ""):
+    """Decorator for a command's absl main (see the module docstring); resumable: a bool,
+    or a function of nothing read at the interrupt (e.g. the config's mode)."""
+    if main is None:
+        return functools.partial(one_line_errors, resumable=resumable, name=name)
+
+    @functools.wraps(main)
+    def wrapped(argv):
+        from absl import app
+        ctrl_c_interrupts()
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            if _verbose():
+                raise
+            if resumable() if callable(resumable) else resumable:
+                print("interrupted; run the same command again to resume", file=sys.stderr,
+                      flush=True)
+                raise SystemExit(errors.STOPPED_EXIT_CODE) from None
+            print("interrupted", file=sys.stderr, flush=True)
+            raise SystemExit(errors.INTERRUPTED_EXIT_CODE) from None
+        except app.UsageError as e:
+            if _verbose():
+                raise
+            raise SystemExit(f"error: {e}") from None
+        except Exception as e:  # noqa: BLE001 -- only the user-facing ones are shortened
+            if not errors.is_user_facing(e) or _verbose():
+                raise
+            prefix = f"{name}: " if name else ""
+            raise SystemExit(f"error: {prefix}{errors.message(e)}") from None
+    return wrapped
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+    """absl's flags_parser for app.run: a bad flag, flag value or config override (an
+    unknown field, a value of the wrong type) in one `error: ...` line, exit 1."""
+    from absl import flags
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        raise SystemExit(f"error: {errors.one_line(str(e))} (--helpshort lists the flags)") from None
+    except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
+        if "--verbosity=1" in argv or "-v=1" in argv:
+            raise
+        text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+        raise SystemExit(f"error: a --config override: {errors.one_line(text)}") from None

@@ -1,0 +1,26 @@
+"""`python -m encoder probe` (= `encoder.eval.probe`): per-layer linear probes of a model;
+the job is encoder/jobs/probe.py."""
+from absl import flags
+
+from encoder import errors
+from encoder.commands.one_line import one_line_errors
+
+flags.DEFINE_string("init_from", None, "a workdir of this codebase or hf:DIR", required=True)
+flags.DEFINE_list("tasks", None, "task folders (train.jsonl, dev.jsonl)", required=True)
+flags.DEFINE_string("out", None, "where probes.json and probes.png go", required=True)
+flags.DEFINE_bool("random_init", False, "probe the same architecture at random init")
+flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)")
+flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)")
+flags.DEFINE_integer("max_len", 128, "tokens per input")
+flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
+FLAGS = flags.FLAGS
+
+
+@one_line_errors
+def main(argv):
+    if len(argv) > 1:
+        raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
+    from encoder.jobs import probe
+    f = FLAGS
+    probe.probe(f.init_from, f.tasks, f.out, f.random_init, f.max_train, f.max_tokens,
+                f.max_len, f.seed)

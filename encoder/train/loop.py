@@ -1,0 +1,412 @@
+"""The training loop: a step, then a list of periodic actions, until something says stop.
+
+    for each step:
+        state, metrics = step(state, batch, rng)        # dispatched; metrics stay on device
+        tick = Tick(step, state)
+        stops decide tick.stop    (StepLimit, TimeBudget, Signal: the same on every process)
+        actions run in order      (TrainMetrics, Evaluate, KeepBest, WriteRow, Checkpoint)
+
+Each action is a small object with its own state, called with the Tick after every step
+and deciding itself whether it is due (`every` steps, at the last step, on a stop). Metrics
+reach the host only through `Window.absorb()`, which an action calls when it needs checked
+numbers (nanodo: read step N-1's metrics after dispatching step N); a non-finite loss stops
+the run there, naming its step. Pretraining and fine-tuning run the same loop with
+different action lists (encoder/jobs/).
+"""
+import dataclasses
+import math
+import os
+import signal
+import time
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from absl import logging
+
+from encoder.checkpoints import store
+from encoder.train import metrics_io, optimizer
+
+# The loop's clock for a time budget (a module attribute, so a test can drive it).
+clock: Callable[[], float] = time.monotonic
+
+
+def report(line: str) -> None:
+    """A progress line on stdout (process 0 only) and in the absl log."""
+    logging.info(line)
+    if jax.process_index() == 0:
+        print(line, flush=True)
+
+
+def _multihost() -> bool:
+    return jax.process_count() > 1
+
+
+@dataclasses.dataclass
+class Tick:
+    """What every stop and action sees after a step."""
+    step: int                  # steps done, this one included
+    state: Any
+    stop: str = ""             # why the loop ends after this step ("": it goes on)
+    row: dict = dataclasses.field(default_factory=dict)  # this step's metrics row
+
+    @property
+    def final(self) -> bool:
+        return bool(self.stop)
+
+
+def due(tick: Tick, every: int, on_stop: bool = True) -> bool:
+    """Every `every` steps (0: never), and on the loop's last step when on_stop."""
+    return bool(every and tick.step % every == 0) or (on_stop and tick.final)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+class Window:
+    """The training metrics since the last row: dispatched steps' metrics wait on device
+    (`pending`) until an action absorbs them; absorbed sums are averaged into a row."""
+
+    def __init__(self, checkpointed: Callable[[], Any], workdir: str, restored: dict | None):
+        self.checkpointed, self.workdir = checkpointed, workdir
+        self.pending: list = []
+        self.sums: dict[str, float] = dict((restored or {}).get("window", {}))
+        self.steps = int((restored or {}).get("window_steps", 0))
+        self.timed, self.t0 = 0, time.time()  # throughput: this process's steps only
+
+    def add(self, step: int, metrics) -> None:
+        self.pending.append((step, metrics))
+
+    def absorb(self) -> None:
+        """Reads the pending metrics (the loop's only host sync) and checks each loss."""
+        for step, metrics in jax.device_get(self.pending):
+            loss = float(metrics["loss"])
+            if not math.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite loss ({loss}) at step {step}; stopping. The last good "
+                    f"checkpoint (step {self.checkpointed()}) in {self.workdir} is intact.")
+            for k, v in metrics.items():
+                self.sums[k] = self.sums.get(k, 0.0) + float(v)
+            self.steps += 1
+            self.timed += 1
+        self.pending.clear()
+
+    def take(self) -> tuple[dict, int, float]:
+        """(mean of each metric, steps timed, seconds) since the last take; starts anew."""
+        means = {k: v / self.steps for k, v in self.sums.items()}
+        out = (means, self.timed, max(time.time() - self.t0, 1e-9))
+        self.sums.clear()
+        self.steps, self.timed, self.t0 = 0, 0, time.time()
+        return out
+
+    def state(self) -> dict:
+        """What a checkpoint keeps, so a resumed run's next row averages the same steps."""
+        return {"window": dict(self.sums), "window_steps": self.steps}
+
+
+# ----------------------------------------------------------------------------- stops
+
+class StepLimit:
+    """The loop's last step."""
+
+    def __init__(self, num_steps: int):
+        self.num_steps = num_steps
+
+    def __call__(self, tick: Tick) -> str:
+        return "done" if tick.step >= self.num_steps else ""
+
+
+class TimeBudget:
+    """A wall-clock budget (optimizer.scale_by_clock): each step's learning rate is the
+    schedule at the budget's share spent, and the loop stops once it is all spent. Every
+    attempt's seconds count (a checkpoint keeps them); process 0's clock, broadcast, so
+    every process steps with the same learning rate and stops together."""
+
+    def __init__(self, budget_s: float, restored: dict | None, log_every: int):
+        self.budget, self.log_every = float(budget_s), log_every
+        self.before = float((restored or {}).get("clock_s", 0.0))
+        self.t0 = clock()
+        self.share = self.read()
+        self.used = self.share  # the share the last step's learning rate was read at
+
+    def read(self) -> float:
+        share = (self.before + clock() - self.t0) / self.budget
+        if _multihost():
+            from jax.experimental import multihost_utils
+            share = float(multihost_utils.broadcast_one_to_all(np.float64(share)))
+        return share
+
+    @property
+    def spent(self) -> bool:
+        return self.share >= 1.0
+
+    def before_step(self, state):
+        self.used = min(self.share, 1.0)
+        return state.replace(opt_state=optimizer.set_clock(state.opt_state, self.used))
+
+    def __call__(self, tick: Tick) -> str:
+        # read after every step (several processes: at log steps, where they meet anyway)
+        if not _multihost() or tick.step % self.log_every == 0:
+            self.share = self.read()
+        return "budget" if self.spent else ""
+
+    def state(self) -> dict:
+        return {"clock_s": self.share * self.budget}
+
+
+class StopFlag:
+    """Set by SIGTERM or the first Ctrl-C: checkpoint and exit at the next step boundary."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.set = False
+        self.previous = {}
+
+    def __call__(self, signum, frame):
+        if self.set and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: exit now
+        self.set = True  # first: nothing below may stop the flag from being set
+        try:  # os.write: a signal landing mid-print must not re-enter the stdout buffer
+            os.write(2, f"received signal {signum}: checkpointing at the next step, then "
+                        "stopping (Ctrl-C again to exit at once)\n".encode())
+        except OSError:
+            pass
+
+    def agreed(self) -> bool:
+        """The flag as every process sees it (any process signalled); call at the same step
+        on all processes. One process alone would save a collective checkpoint and hang."""
+        if not _multihost():
+            return self.set
+        from jax.experimental import multihost_utils
+        return bool(np.any(multihost_utils.process_allgather(np.array(self.set))))
+
+    def __enter__(self):
+        for s in self.SIGNALS:
+            try:
+                self.previous[s] = signal.signal(s, self)
+            except ValueError:  # not the main thread: signals stay with the caller
+                pass
+        return self
+
+    def __exit__(self, *exc):
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+
+
+class Signal:
+    """Stops on SIGTERM / Ctrl-C in any process; the processes agree at log steps and at
+    the loop's last step (every step with one process)."""
+
+    def __init__(self, flag: StopFlag, log_every: int):
+        self.flag, self.log_every = flag, log_every
+        self.seen = False
+
+    def __call__(self, tick: Tick) -> str:
+        if not _multihost() or tick.step % self.log_every == 0 or tick.stop:
+            self.seen = self.flag.agreed()
+        return "signal" if self.seen else ""
+
+
+# ----------------------------------------------------------------------------- actions
+
+@dataclasses.dataclass
+class TrainMetrics:
+    """Every `every` steps (and on a stop): the window's averages as train/* in the row,
+    with tokens/s, the learning rate, the budget's share and MFU where known."""
+    window: Window
+    every: int
+    progress: metrics_io.Progress
+    tokens_per_step: int = 0
+    flops_per_step: float = 0.0
+    peak_flops: float = 0.0
+    learning_rate: Callable[[int], float] | None = None
+    budget: TimeBudget | None = None
+    num_steps: int = 0
+
+    def __call__(self, tick: Tick) -> None:
+        if not due(tick, self.every):
+            return
+        self.window.absorb()
+        means, timed, seconds = self.window.take()
+        row = {f"train/{k}": v for k, v in means.items()}
+        if self.tokens_per_step:
+            row["train/tokens_per_s"] = timed * self.tokens_per_step / seconds
+        if self.learning_rate is not None:  # on a clock: the schedule at its share of steps
+            at = self.budget.used * self.num_steps if self.budget else tick.step - 1
+            row["train/learning_rate"] = float(self.learning_rate(at))
+        if self.budget:
+            row["train/time_budget_share"] = min(self.budget.share, 1.0)
+        if self.flops_per_step and self.peak_flops:
+            row["train/mfu"] = (timed * self.flops_per_step / seconds
+                                / (self.peak_flops * jax.device_count()))
+        tick.row.update(row)
+        self.progress.update(tick.step, row["train/loss"], row.get("train/tokens_per_s", 0))
+
+
+@dataclasses.dataclass
+class Evaluate:
+    """Every `every` steps and at the last step (not on a signal): fn(state, step, last)
+    -> metrics into the row (last: the latest training metrics, this step's included)."""
+    fn: Callable
+    every: int
+    window: Window
+    history: dict
+
+    def __call__(self, tick: Tick) -> None:
+        if not self.every or not due(tick, self.every, on_stop=tick.stop in ("done", "budget")):
+            return
+        self.window.absorb()
+        tick.row.update(self.fn(tick.state, tick.step, {**self.history, **tick.row}) or {})
+
+
+@dataclasses.dataclass
+class WriteRow:
+    """The step's row (training and evaluation metrics together) to metrics.jsonl,
+    TensorBoard and a progress line; `history` keeps the latest value of every metric."""
+    writer: Any
+    history: dict
+
+    def __call__(self, tick: Tick) -> None:
+        if not tick.row:
+            return
+        self.writer.write(tick.step, tick.row)
+        report(f"step {tick.step}: " + ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in tick.row.items()))
+        self.history.update(tick.row)
+
+
+@dataclasses.dataclass
+class Checkpoint:
+    """Every `every` steps, at the last step and on a stop: the state, the data iterator's
+    position and `meta` (plus what the window and the budget must resume with)."""
+    mngr: Any
+    every: int
+    batches: Any
+    window: Window
+    meta: dict
+    budget: TimeBudget | None = None
+
+    def __call__(self, tick: Tick) -> None:
+        if not due(tick, self.every):
+            return
+        self.window.absorb()  # never save a state whose loss was not checked
+        extra = {**self.window.state(), **(self.budget.state() if self.budget else {})}
+        store.save(self.mngr, tick.step, tick.state, self.batches.get_state(),
+                   {"step": tick.step, **self.meta, **extra})
+
+
+@dataclasses.dataclass
+class KeepBest:
+    """After an evaluation (`key` in the row, taken out of it): keeps the parameters whose
+    score is the best so far through save(state, record) (the first evaluation always
+    counts; a NaN score, e.g. a constant Pearson, never wins). best is the running record
+    {"score", "step", and the row's `fields`}, restored by the caller on resume."""
+    key: str
+    save: Callable[[Any, dict], None]
+    best: dict
+    fields: tuple = ()
+
+    def __call__(self, tick: Tick) -> None:
+        if self.key not in tick.row:
+            return
+        score = tick.row.pop(self.key)
+        score = score if math.isfinite(score) else -math.inf
+        if score > self.best.get("score", -math.inf) or "step" not in self.best:
+            self.best.update(score=score, step=tick.step,
+                             **{f: tick.row[f] for f in self.fields if f in tick.row})
+            self.save(tick.state, {**self.best, "score": score if math.isfinite(score) else None})
+            tick.row["best"] = True
+
+
+# ----------------------------------------------------------------------------- the loop
+
+def run(step_fn: Callable, state, batches, shard: Callable, window: Window,
+        stops: Sequence[Callable], actions: Sequence[Callable], num_steps: int, seed: int = 0,
+        budget: TimeBudget | None = None) -> tuple[Any, str]:
+    """Steps from state.step until a stop; returns (state, why it stopped: "" when
+    state.step already was num_steps)."""
+    base_key = jax.random.key(seed)
+    stop = ""
+    for step in range(int(state.step), num_steps):
+        if budget is not None:
+            state = budget.before_step(state)
+        state, metrics = step_fn(state, shard(next(batches)), jax.random.fold_in(base_key, step))
+        window.add(step + 1, metrics)
+        tick = Tick(step + 1, state)
+        for s in stops:  # in order: a later stop sees an earlier one's reason
+            tick.stop = tick.stop or s(tick)
+        for action in actions:
+            action(tick)
+        if tick.stop:
+            stop = tick.stop
+            break
+    return state, stop
+
+
+@dataclasses.dataclass
+class LoopOptions:
+    """What the loop needs to know besides the trainer: counts, cadences, figures."""
+    num_steps: int
+    log_every: int
+    checkpoint_every: int
+    eval_every: int = 0                # 0: no evaluation
+    tokens_per_step: int = 0
+    flops_per_step: float = 0.0        # 0: no MFU column
+    peak_flops: float = 0.0
+    learning_rate: Callable[[int], float] | None = None
+    progress: bool = False
+    seed: int = 0
+    # > 0: a wall-clock budget (optimizer.scale_by_clock): the run stops once this many
+    # seconds of its loops (every attempt's, compile and evaluation included) are spent
+    time_budget_s: float = 0.0
+
+
+def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
+             opts: LoopOptions, evaluate: Callable | None = None,
+             on_evaluation: Sequence[Callable] = (), meta: dict | None = None,
+             restored_meta: dict | None = None) -> tuple[Any, dict]:
+    """Trains from state.step to opts.num_steps with the standard actions; returns (final
+    state, the latest value of every metric, with "stopped" and "signalled").
+
+    batches: an iterator of this process's numpy batches with get_state(). evaluate(state,
+    step, last) -> metrics, every opts.eval_every steps and at the end; on_evaluation:
+    actions that read its row (fine-tuning's KeepBest) before it is written.
+    """
+    start = int(state.step)
+    budget = (TimeBudget(opts.time_budget_s, restored_meta, opts.log_every)
+              if opts.time_budget_s else None)
+    window = Window(mngr.latest_step, writer.workdir, restored_meta)
+    progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
+    history: dict = {}
+    end = opts.num_steps
+    if budget and budget.spent:
+        report(f"the time budget ({budget.budget:g} s) was spent at step {start}: nothing to do")
+        end = start
+    actions = [TrainMetrics(window, opts.log_every, progress, opts.tokens_per_step,
+                            opts.flops_per_step, opts.peak_flops, opts.learning_rate, budget,
+                            opts.num_steps)]
+    if evaluate is not None:
+        actions += [Evaluate(evaluate, opts.eval_every, window, history), *on_evaluation]
+    actions += [WriteRow(writer, history),
+                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget)]
+    with StopFlag() as flag:
+        stops = [StepLimit(opts.num_steps), *([budget] if budget else []),
+                 Signal(flag, opts.log_every)]
+        try:
+            state, why = run(trainer.step_fn, state, batches, trainer.shard, window, stops,
+                             actions, end, opts.seed, budget)
+            window.absorb()
+        finally:
+            mngr.wait_until_finished()
+            progress.close()
+    step = int(state.step)
+    if why == "budget":
+        report(f"the time budget ({budget.budget:g} s) is spent: stopping at step {step} "
+               "(checkpoint saved)")
+    signalled = stops[-1].seen
+    if signalled:
+        logging.warning("stopped by signal at step %d (checkpoint saved)", step)
+        report(f"stopped by signal at step {step}; checkpoint saved in {writer.workdir}")
+    history["stopped"] = signalled and step < opts.num_steps
+    history["signalled"] = signalled  # a run in phases stops even when a phase's end was hit
+    return state, history

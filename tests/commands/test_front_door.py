@@ -1,0 +1,47 @@
+"""`python -m encoder COMMAND`: one table of commands, each a module in encoder/commands/,
+and the names scripts typed before (`python -m encoder.main`, ...) as shims over them."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from encoder import commands
+from helpers import ROOT, child_env
+
+
+def _run(*args, timeout=120):
+    p = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                       env=child_env(), timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_every_command_has_its_module_and_every_module_its_command():
+    folder = os.path.join(ROOT, "encoder", "commands")
+    modules = {n[:-3] for n in os.listdir(folder) if n.endswith(".py")}
+    helpers = {"__init__", "one_line", "launcher_flags"}  # not commands: what they share
+    assert modules - helpers == set(commands.COMMANDS)
+    assert set(commands.ALIASES.values()) <= set(commands.COMMANDS)
+
+
+def test_the_front_door_lists_every_command_and_refuses_an_unknown_one():
+    rc, out, _ = _run("-m", "encoder", "--help")
+    assert rc == 0
+    for name in commands.COMMANDS:
+        assert f"  {name} " in out
+    rc, _, err = _run("-m", "encoder", "pretrian", "--workdir=x")
+    assert rc == 1 and err.strip().splitlines()[0] == "error: unknown command 'pretrian'"
+    assert "  run " in err  # the list follows
+
+
+@pytest.mark.parametrize("name", ["merge", "tasks"])
+def test_a_kept_name_and_the_front_door_run_the_same_command(name, tmp_path):
+    alias = next(a for a, c in commands.ALIASES.items() if c == name)
+    helps = [_run("-m", *m, "--helpshort")[1] for m in (["encoder", name], [alias])]
+    flag = {"merge": "--workdirs", "tasks": "--out"}[name]
+    assert flag in helps[0] and flag in helps[1]  # the command's own flags, both ways
+    assert helps[0].split("flags:")[1] == helps[1].split("flags:")[1]
+    given = {"merge": ["--workdirs=a"], "tasks": []}[name]
+    rc, _, err = _run("-m", "encoder", name, *given, f"--out={tmp_path / 'o'}", "extra")
+    assert rc == 1 and "unexpected arguments" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "o").exists()
