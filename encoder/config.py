@@ -32,6 +32,9 @@ def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(dict(
         size=size,
         vocab_size=32768,
+        real_vocab_size=0,         # 0: every row is a token; N < vocab_size: rows N.. pad the
+                                   # vocabulary (tokenizer.padded_vocab_size), masked out of
+                                   # the MLM softmax and never sampled
         hidden_size=width,
         num_layers=layers,
         num_heads=heads,

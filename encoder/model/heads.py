@@ -2,7 +2,9 @@
 
   * MlmHead: dense + GELU + LayerNorm transform, then vocabulary logits tied to
     the token-embedding table (Devlin et al. 2019 §A.1), only at the gathered
-    masked positions;
+    masked positions; the rows past model.real_vocab_size (a vocabulary padded to
+    a multiple of 64) get a logit of PADDING_LOGIT, so no probability and no
+    gradient;
   * POOLING: `cls`, `cls_tanh` (BERT's pooler), `cls_gelu` (ELECTRA's and RoFormer's
     classification heads), `mean`, `max` (both over real
     tokens only);
@@ -28,6 +30,26 @@ def _dense(features, cfg, axes, name, use_bias=True):
         kernel_init=nn.with_logical_partitioning(init, axes),
         bias_init=nn.with_logical_partitioning(nn.initializers.zeros, (axes[-1],)),
         name=name)
+
+
+# exp(PADDING_LOGIT - max) is exactly 0 in float32 for any real logit, so a padded
+# vocabulary's softmax, loss and gradients equal the unpadded model's; finite, unlike
+# -inf or float32's min, so logits / temperature and sums over V stay finite.
+PADDING_LOGIT = -1e9
+
+
+def real_vocab_size(cfg) -> int:
+    """The tokenizer's tokens among cfg.vocab_size rows: model.real_vocab_size, or (0 or
+    absent, the default) all of them."""
+    return cfg.get("real_vocab_size", 0) or cfg.vocab_size
+
+
+def mask_padding_logits(logits, cfg):
+    """logits [..., V] with the padding rows (ids >= real_vocab_size) at PADDING_LOGIT."""
+    real = real_vocab_size(cfg)
+    if real >= logits.shape[-1]:
+        return logits
+    return jnp.where(jnp.arange(logits.shape[-1]) < real, logits, PADDING_LOGIT)
 
 
 def gather_positions(hidden: jnp.ndarray, positions: jnp.ndarray) -> jnp.ndarray:
@@ -59,7 +81,7 @@ class MlmHead(nn.Module):
                             use_bias=False)(h)
         bias = self.param("output_bias", nn.with_logical_partitioning(
             nn.initializers.zeros, ("vocab",)), (cfg.vocab_size,))
-        return logits.astype(jnp.float32) + bias  # [B, P, V]
+        return mask_padding_logits(logits.astype(jnp.float32) + bias, cfg)  # [B, P, V]
 
 
 def _real(attention_mask, hidden):

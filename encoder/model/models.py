@@ -46,6 +46,10 @@ def validate_config(cfg, seq_len: int | None = None) -> None:
     for name in ("num_layers", "num_heads", "hidden_size", "intermediate_size", "vocab_size"):
         if cfg[name] <= 0:
             raise ValueError(f"model.{name} must be positive, got {cfg[name]}")
+    real = cfg.get("real_vocab_size", 0)
+    if real < 0 or real > cfg.vocab_size:
+        raise ValueError(f"model.real_vocab_size must be 0 (no padding) or in [1, vocab_size="
+                         f"{cfg.vocab_size}], got {real}")
     if cfg.embedding_size < 0 or cfg.embedding_size > cfg.hidden_size:
         raise ValueError(f"embedding_size must be 0 or in [1, hidden_size={cfg.hidden_size}], "
                          f"got {cfg.embedding_size}")

@@ -7,6 +7,7 @@ loss on the pooled [CLS] vector is added for BERT and ALBERT recipes.
 import jax
 import jax.numpy as jnp
 
+from encoder.model import heads
 from encoder.objectives import masking
 
 
@@ -38,7 +39,9 @@ def corrupt_batch(rng, batch, ctx):
     return masking.corrupt(
         rng, batch["input_ids"], batch["attention_mask"], rate=m.rate,
         max_predictions=ctx.max_predictions, mask_id=ctx.mask_id,
-        vocab_size=ctx.config.model.vocab_size, special_ids=ctx.special_ids, mode=m.mode,
+        # random replacements from the tokenizer's ids only, never a padding row
+        vocab_size=heads.real_vocab_size(ctx.config.model), special_ids=ctx.special_ids,
+        mode=m.mode,
         word_start_table=ctx.word_start_table, mask_prob=m.mask_prob,
         random_prob=m.random_prob, span_p=m.span_p)
 
