@@ -19,13 +19,14 @@ import os
 import socket
 import time
 
+from encoder import errors
 from encoder.studies import jobconfig
 
 RUN = "run.json"
 LOCK = "LOCK"
 EXIT = "exit.json"
 LOG = "run.log"
-STOPPED = 75  # encoder/main.py: stopped by a signal, checkpointed, resumable
+STOPPED = errors.STOPPED_EXIT_CODE  # a job stopped by a signal, checkpointed, resumable
 
 
 @dataclasses.dataclass(frozen=True)
