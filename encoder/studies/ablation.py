@@ -77,6 +77,51 @@ def expand(sweeps: list[tuple[str, list]], zipped: bool) -> list[dict]:
     return [dict(zip(fields, c)) for c in combos]
 
 
+def _flat(config) -> dict:
+    from encoder.train.workdir import flatten
+    return flatten(config.to_dict())
+
+
+def touched_fields(base, field: str, values: list) -> set:
+    """The config paths a sweep sets: its dotted field, or what an experiment option (size,
+    position, mask_rate, ...) changes in `base` for any of its values."""
+    if field not in config_lib.OPTIONS:
+        return {field}
+    before, touched = _flat(base), set()
+    for value in values:
+        try:
+            after = _flat(apply_variant(base, {field: value}))
+        except Exception:  # noqa: BLE001 - a bad value is refused by plan(), with its reason
+            continue
+        touched |= {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+    return touched or {field}
+
+
+def check_sweeps(sweeps: list[tuple[str, list]], base=None) -> None:
+    """One --sweep per config field: a second on the same field (or an option that sets the
+    same field, e.g. position and model.position) would silently override the first, so
+    the first's variants would never run (issue 36: rope was dropped from the table)."""
+    seen: dict = {}
+    for field, values in sweeps:
+        if field in seen:
+            merged = ",".join(str(v) for v in dict.fromkeys(seen[field][1] + values))
+            raise errors.UsageError(
+                f"--sweep={field}=... is given twice: each variant sets {field} once, so "
+                f"the first sweep's values would never run; give one --sweep with every "
+                f"value (--sweep={field}={merged})")
+        seen[field] = (touched_fields(base, field, values) if base is not None else {field},
+                       list(values))
+    fields = list(seen)
+    for i, a in enumerate(fields):
+        for b in fields[i + 1:]:
+            common = sorted(seen[a][0] & seen[b][0])
+            if common:
+                raise errors.UsageError(
+                    f"--sweep={a}=... and --sweep={b}=... both set {', '.join(common)}: the "
+                    "second would override the first in every variant; sweep that field "
+                    "once, with every value in one --sweep")
+
+
 def apply_variant(config, variant: dict):
     """Sets each field: an experiment option name, or a dotted config path."""
     from encoder import config as config_lib
@@ -390,15 +435,23 @@ def check(study: Study) -> None:
             raise errors.UsageError(f"--finetune_data={study.finetune_data} has no {name}")
 
 
+def _is_study_folder(folder: str) -> bool:
+    """An earlier ablation's folder (from before the marker: its runs/), or one holding only
+    the LOCK another ablation took a moment ago (its marker follows at once)."""
+    return os.path.isdir(os.path.join(folder, "runs")) or set(os.listdir(folder)) <= {"LOCK"}
+
+
 def run_study(study: Study, launcher) -> None:
-    """Plans, runs (through `launcher`) and compares the study's runs."""
+    """Plans, runs (through `launcher`) and compares the study's runs; one command at a time
+    on a study folder (its LOCK, as a workdir's: a second is refused naming the first)."""
+    from encoder.train.workdir import Lock
     root = os.path.abspath(study.workdir)
     # The study's folder: new, empty or an earlier ablation's (its marker, or its runs/);
     # nothing is written before every check below has passed.
-    errors.check_output(root, "ablate", "--workdir",
-                        legacy=lambda d: os.path.isdir(os.path.join(d, "runs")))
+    errors.check_output(root, "ablate", "--workdir", legacy=_is_study_folder)
     check(study)
     sweeps = [parse_sweep(s) for s in study.sweeps]
+    check_sweeps(sweeps, study.config)
     planned = plan(study.config, expand(sweeps, study.zipped), study.seeds, study.equal_flops)
     stables = []
     if study.wsd_budgets:  # the stable runs first; the runs compared are their decays
@@ -407,7 +460,14 @@ def run_study(study: Study, launcher) -> None:
                                         study.wsd_decay_fraction, study.wsd_shape)
         except ValueError as e:
             raise errors.UsageError(str(e)) from None
-    errors.mark_output(root, "ablate")
+    # Two commands on one study would each start, skip or move aside the other's runs and
+    # report them FAILED while they run (issue 36): the second is refused here, untouched.
+    with Lock(root):
+        errors.mark_output(root, "ablate")
+        _run_planned(study, launcher, root, stables, planned)
+
+
+def _run_planned(study: Study, launcher, root: str, stables: list, planned: list) -> None:
     print(f"{len(stables) + len(planned)} runs: " + ", ".join(
         r["dir"] for r in stables + planned), flush=True)
     try:

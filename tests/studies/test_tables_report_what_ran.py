@@ -81,6 +81,7 @@ def test_a_wsd_study_plans_one_stable_run_and_a_decay_per_budget(tmp_path):
     a budget of B steps, only its D steps trained."""
     from experiments import pretrain as pretrain_exp
     base = pretrain_exp.get_config("steps=100")
+    base.train.warmup_steps = 10  # shorter than the run (a warmup it never leaves is refused)
     planned = ablation.plan(base, [{}], 2, equal_flops=False)
     stables, decays = ablation.wsd_runs(planned, str(tmp_path), ["300", "150", "450"])
     assert [s["dir"] for s in stables] == ["base__seed0__stable", "base__seed1__stable"]
