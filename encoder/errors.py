@@ -30,6 +30,31 @@ class UsageError(UserFacing, ValueError):
     """A flag value that cannot work (out of range, contradictory, missing)."""
 
 
+class DiskFull(UserFacing, OSError):
+    """A write found no space left on its device: a user's error, with the figures."""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """ENOSPC, as an OSError or inside a message (orbax and tensorstore re-raise it as
+    ValueError("... No space left on device [os_error_code='28']"))."""
+    import errno
+    return (isinstance(e, OSError) and e.errno == errno.ENOSPC) or \
+        "No space left on device" in str(e)
+
+
+def disk_full(folder: str, what: str) -> DiskFull:
+    """The one line for a full disk under `folder`: what was being written, what is free."""
+    import shutil
+    try:
+        free = shutil.disk_usage(folder).free
+        free_text = f"{free / 2**20:.1f} MiB free"
+    except OSError:
+        free_text = "free space unknown"
+    return DiskFull(f"no space left on device under {folder} ({free_text}) for "
+                    f"{what}; free space there or use a folder on a larger disk, then run the "
+                    "same command again")
+
+
 class NotOurs(UserFacing, ValueError):
     """An output folder this command did not write: it is never written into or deleted."""
 

@@ -7,6 +7,7 @@ reporting each skipped step in one line and deleting nothing.
 Params-only folders (`save_params`/`load_params`): DIR/params + DIR/model_config.json,
 what fine-tuning keeps as best/ and what an HF import writes.
 """
+import contextlib
 import json
 import os
 import time
@@ -20,6 +21,48 @@ from encoder import errors
 
 class CheckpointError(errors.UserFacing, RuntimeError):
     """No checkpoint of a run could be restored (each failure is named)."""
+
+
+def state_bytes(tree) -> int:
+    """What one checkpoint of `tree` writes, about: its arrays' bytes (abstract or not;
+    orbax adds little)."""
+    import numpy as np
+    return int(sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize
+                   for x in jax.tree.leaves(tree) if hasattr(x, "shape")))
+
+
+ROOM_MARGIN = 1.1  # a checkpoint's arrays plus orbax's metadata and the data state
+
+
+def check_room(workdir: str, nbytes: int, what: str, note: str = "") -> None:
+    """Refuses a write of about nbytes under workdir that the disk cannot hold, before it
+    starts (a save that runs out of space mid-way fails in orbax's background threads, each
+    with its traceback)."""
+    import shutil
+    free = shutil.disk_usage(workdir).free
+    if free < ROOM_MARGIN * nbytes:
+        raise errors.disk_full(workdir, f"{what} (about {nbytes / 2**20:.1f} MiB"
+                               + (f"; {note}" if note else "") + ")")
+
+
+@contextlib.contextmanager
+def disk_full_named(workdir: str, mngr=None):
+    """A full disk while a run writes (checkpoints, metrics, logs) becomes one DiskFull
+    line naming the folder, what is free, and the last complete checkpoint."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - only a full disk is translated
+        if not errors.is_disk_full(e) or isinstance(e, errors.DiskFull):
+            raise
+        last = None
+        if mngr is not None:
+            try:
+                last = mngr.latest_step()
+            except Exception:  # noqa: BLE001 - the figure is a courtesy
+                pass
+        what = (f"a checkpoint (the last complete one is step {last})" if last is not None
+                else "the run's files (no complete checkpoint yet)")
+        raise errors.disk_full(workdir, what) from None
 
 
 def manager(workdir: str, keep: int = 3, create: bool = True) -> ocp.CheckpointManager:

@@ -5,6 +5,7 @@ to resume) where the command resumes, else 130. Which errors are the user's:
 encoder/errors.py.
 """
 import functools
+import os
 import sys
 
 from encoder import errors
@@ -16,6 +17,26 @@ def _verbose() -> bool:
         return flags.FLAGS.is_parsed() and flags.FLAGS["verbosity"].value >= 1
     except Exception:  # flags not defined / not parsed: be quiet
         return False
+
+
+class _LibraryTracebacks:
+    """A logging filter: orbax's background threads log each failure with its traceback
+    (five of them for one full disk) before the main thread re-raises it; the command
+    reports the failure in its one line, the tracebacks stay behind --verbosity=1."""
+
+    def filter(self, record) -> bool:
+        if record.levelno < 40:
+            return True
+        orbax = f"{os.sep}orbax{os.sep}"
+        # asyncio reports orbax's failed write tasks again when they are collected
+        return not (orbax in record.pathname or (
+            record.name == "asyncio" and orbax in str(record.getMessage())
+            + str(record.exc_text or "") + str(record.exc_info or "")))
+
+
+def _quiet_library_errors() -> None:
+    from absl import logging as absl_logging
+    absl_logging.get_absl_handler().addFilter(_LibraryTracebacks())
 
 
 def ctrl_c_interrupts() -> None:
@@ -42,6 +63,8 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
     def wrapped(argv):
         from absl import app
         ctrl_c_interrupts()
+        if not _verbose():
+            _quiet_library_errors()
         try:
             return main(argv)
         except KeyboardInterrupt:

@@ -37,7 +37,7 @@ def finetune_config() -> ml_collections.ConfigDict:
         mode="full",                   # full | frozen (linear probe) | lora
         lora_rank=8, lora_alpha=16.0, layer_decay=1.0, warmup_fraction=0.1, dropout=-1.0,
         random_init=False))  # True: init_from's architecture and tokenizer, random weights
-    # The contrastive task's options (encoder/tasks/contrastive.py Options; issue 26).
+    # The contrastive task's options (encoder/tasks/contrastive.py Options).
     config.contrastive = ml_collections.ConfigDict(dict(
         temperature=0.05, learn_temperature=False, symmetric=False, query_prefix="",
         passage_prefix="", matryoshka_dims="",   # "384,128": the loss at each prefix

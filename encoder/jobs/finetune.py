@@ -298,7 +298,8 @@ def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
     validate(config)  # before the workdir is touched: a refused config writes nothing
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
-        result = _finetune(config, workdir, devices)
+        with store.disk_full_named(workdir):
+            result = _finetune(config, workdir, devices)
         if not result.get("stopped") and jax.process_index() == 0:
             workdir_lib.record_finished(workdir, step=result.get("step"))
         return result

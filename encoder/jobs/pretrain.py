@@ -28,7 +28,7 @@ from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.eval import evaluators
 from encoder.objectives import objectives, pretraining
-from encoder.train import flops, optimizer, partitioning, phases as phases_lib
+from encoder.train import flops, memory, optimizer, partitioning, phases as phases_lib
 from encoder.train import loop, trainer as trainer_lib
 from encoder.train import workdir as workdir_lib
 from encoder.train.loop import report
@@ -72,6 +72,42 @@ def validate(config, num_devices: int | None = None) -> None:
         for ph in plan.phases:
             objectives.validate(ph.config)
             trainer_lib.check_train_config(ph.config.train, num_devices)
+    for ph in plan.phases:
+        where = f"phase {ph.name!r}: " if config.get("phases") else ""
+        if ph.config.data.seq_len < MIN_SEQ_LEN:
+            raise ValueError(f"{where}data.seq_len={ph.config.data.seq_len}: a row holds [CLS], "
+                             f"[SEP] and its text; give at least {MIN_SEQ_LEN} tokens")
+    warmup, steps = int(config.train.get("warmup_steps", 0)), plan.total_steps
+    if not config.get("phases") and warmup and warmup >= steps:
+        raise ValueError(f"train.warmup_steps={warmup} is not shorter than the run "
+                         f"(train.num_steps={steps}): the learning rate would never reach its "
+                         "peak; lower warmup_steps")
+    data = config.data
+    if config.train.eval_every and data.valid_files and _same_files(data.valid_files,
+                                                                 data.train_files):
+        raise ValueError(f"data.valid_files={data.valid_files!r} are the training files: the "
+                         "held-out figures would be training figures. Leave valid_files empty "
+                         "(a share of documents is held out by content hash) or give other files")
+
+
+MIN_SEQ_LEN = 8  # [CLS] + [SEP] + a few text tokens, so that each row has tokens to mask
+
+
+def _same_files(a: str, b: str) -> bool:
+    """Whether two comma-separated file specs name the same files (paths normalised)."""
+    def norm(spec):
+        return sorted(os.path.realpath(p.strip()) for p in spec.split(",") if p.strip())
+    return norm(a) == norm(b)
+
+
+def check_fits(config, devices=None) -> None:
+    """Each phase's step against the devices' memory (encoder/train/memory.py)."""
+    plan = phases_lib.validate(config)
+    for ph in plan.phases:
+        c = ph.config
+        memory.check_fits(c.model, c.train.batch_size, c.train.get("grad_accum_steps", 1),
+                          c.data.seq_len, devices,
+                          f"phase {ph.name!r}: " if config.get("phases") else "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -266,11 +302,16 @@ def train(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) pretraining; returns the last train and eval metrics."""
     if config.init_from and not config.init_from.startswith("hf:") and not os.path.isdir(
             config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
+        if os.path.exists(config.init_from):
+            raise ValueError(f"init_from={config.init_from!r} is a file; it takes a workdir of "
+                             "this codebase, a params folder, or hf:DIR (a HuggingFace folder)")
         raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
     validate(config)  # before the workdir is touched: a refused config writes nothing
+    check_fits(config, devices)
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
         phases_lib.check_appended(workdir, config)
-        result = _train(config, workdir, devices)
+        with store.disk_full_named(workdir):
+            result = _train(config, workdir, devices)
         if not result.get("stopped") and jax.process_index() == 0:
             workdir_lib.record_finished(workdir, step=result["step"])
         return result

@@ -110,7 +110,7 @@ def mesh_spec(names: Sequence[str | None], shape: Sequence[int]) -> P:
 
 
 # Measurement switch only (the compile report's before/after in BUILD_NOTES): set to drop
-# every activation constraint, as the model had none before issue 23.
+# every activation constraint.
 NO_CONSTRAINTS_ENV = "ENCODER_NO_ACTIVATION_CONSTRAINTS"
 
 

@@ -1,4 +1,4 @@
-"""From encoder to retriever: the retrieval library (issue 26).
+"""From encoder to retriever: the retrieval library.
 
 losses.py   in-batch contrastive loss over every device's passages (hard negatives,
             duplicates masked, symmetric option, fixed or learned temperature) and

@@ -81,9 +81,13 @@ class Window:
         for step, metrics in jax.device_get(self.pending):
             loss = float(metrics["loss"])
             if not math.isfinite(loss):
-                raise FloatingPointError(
-                    f"non-finite loss ({loss}) at step {step}; stopping. The last good "
-                    f"checkpoint (step {self.checkpointed()}) in {self.workdir} is intact.")
+                last = self.checkpointed()
+                kept = (f"The last good checkpoint (step {last}) in {self.workdir} is intact."
+                        if last is not None else f"No checkpoint was saved before it in "
+                        f"{self.workdir}.")
+                raise FloatingPointError(f"non-finite loss ({loss}) at step {step}; stopping. "
+                                         f"{kept} Lower train.learning_rate, or check the "
+                                         "data of the steps before it.")
             for k, v in metrics.items():
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
             self.steps += 1
@@ -285,11 +289,19 @@ class Checkpoint:
     window: Window
     meta: dict
     budget: TimeBudget | None = None
+    workdir: str = "."
+    nbytes: int | None = None  # one checkpoint's arrays (measured at the first save)
 
     def __call__(self, tick: Tick) -> None:
         if not due(tick, self.every):
             return
         self.window.absorb()  # never save a state whose loss was not checked
+        if self.nbytes is None:
+            self.nbytes = store.state_bytes(tick.state)
+        last = self.mngr.latest_step()
+        store.check_room(self.workdir, self.nbytes, f"the checkpoint of step {tick.step}",
+                         f"the last complete one is step {last}" if last is not None
+                         else "no complete checkpoint yet")
         extra = {**self.window.state(), **(self.budget.state() if self.budget else {})}
         store.save(self.mngr, tick.step, tick.state, self.batches.get_state(),
                    {"step": tick.step, **self.meta, **extra})
@@ -388,8 +400,9 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
     if evaluate is not None:
         actions += [Evaluate(evaluate, opts.eval_every, window, history), *on_evaluation]
     actions += [WriteRow(writer, history),
-                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget)]
-    with StopFlag() as flag:
+                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,
+                           writer.workdir)]
+    with StopFlag() as flag, store.disk_full_named(writer.workdir, mngr):
         stops = [StepLimit(opts.num_steps), *([budget] if budget else []),
                  Signal(flag, opts.log_every)]
         try:
@@ -397,8 +410,10 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
                              actions, end, opts.seed, budget)
             window.absorb()
         finally:
-            mngr.wait_until_finished()
-            progress.close()
+            try:
+                mngr.wait_until_finished()
+            finally:
+                progress.close()
     step = int(state.step)
     if why == "budget":
         report(f"the time budget ({budget.budget:g} s) is spent: stopping at step {step} "

@@ -202,6 +202,9 @@ def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
     run.json (the requested config a restart is compared with).
     """
     primary = jax.process_index() == 0
+    os.makedirs(workdir, exist_ok=True)
+    # a disk that cannot hold one checkpoint is refused before the first step, not at a save
+    store.check_room(workdir, store.state_bytes(trainer.abstract_state()), "a checkpoint")
     mngr = store.manager(workdir, keep)
     start = restore_or_init(trainer, mngr, init)
     writer = metrics_io.MetricsWriter(workdir, enabled=primary)
