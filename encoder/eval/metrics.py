@@ -3,12 +3,79 @@
 accuracy, macro_f1 and mcc come from scikit-learn, pearson and spearman from
 scipy; SQuAD exact match / F1 (with SQuAD v1.1's answer normalisation) and
 entity-level F1 over BIO tags are written here and tested by hand.
+
+A correlation that cannot be computed (constant labels or predictions, a NaN or an
+infinity, fewer than two pairs) raises `UndefinedMetric`, naming the metric, which side
+and why, instead of returning the NaN scipy gives (which surfaced an epoch later as
+"dev/pearson is not finite"). `undefined_reason` is the same check as a value, for a job
+that checks its labels before it trains.
 """
 import collections
+import math
 import re
 import string
 
 import numpy as np
+
+from encoder import errors
+
+
+class UndefinedMetric(errors.UserFacing, ValueError):
+    """A metric that cannot be computed on these values: `metric`, `side` (labels |
+    predictions | both) and `reason` name it; the message is one line."""
+
+    def __init__(self, metric: str, side: str, reason: str, where: str = ""):
+        self.metric, self.side, self.reason, self.where = metric, side, reason, where
+        super().__init__(f"{where + ': ' if where else ''}{metric} is undefined: {reason}")
+
+
+CORRELATIONS = ("pearson", "spearman", "cosine_spearman")
+
+
+def _values_problem(values, side: str) -> tuple[str, str] | None:
+    """(kind, reason) when one side is not all numbers, holds a NaN or an infinity, or is
+    constant (kind: numbers | finite | constant); None when it is fine."""
+    try:
+        x = np.asarray(values, np.float64).ravel()
+    except (TypeError, ValueError):
+        return "numbers", f"the {side} are not all numbers"
+    bad = np.flatnonzero(~np.isfinite(x))
+    if len(bad):
+        kinds = sorted({"NaN" if math.isnan(x[i]) else "infinite" for i in bad})
+        return "finite", (f"{len(bad)} of {len(x)} {side} {'is' if len(bad) == 1 else 'are'} "
+                          f"{' or '.join(kinds)} (first at row {int(bad[0])})")
+    if len(x) >= 2 and np.all(x == x[0]):
+        why = ("the model predicts one value for every input" if side == "predictions" else
+               "a correlation needs labels that vary")
+        return "constant", f"every one of the {len(x)} {side} is {x[0]:g} ({why})"
+    return None
+
+
+def undefined_reason(metric: str, labels, preds=None) -> tuple[str, str] | None:
+    """(side, reason) when `metric` cannot be computed on these labels (and predictions,
+    where given); None when it can. A correlation (pearson, spearman, cosine_spearman)
+    needs at least two finite pairs on each side that vary; any other metric finite
+    numbers. Given labels alone, this is the check a job makes before it trains."""
+    correlation = metric in CORRELATIONS
+    if correlation and len(labels) < 2:
+        return "labels", f"it needs at least 2 pairs, got {len(labels)}"
+    if preds is not None and len(preds) != len(labels):
+        return "both", f"{len(labels)} labels but {len(preds)} predictions"
+    for side, values in (("labels", labels), ("predictions", preds)):
+        if values is None:
+            continue
+        problem = _values_problem(values, side)
+        if problem is not None and (correlation or problem[0] != "constant"):
+            return side, problem[1]
+    return None
+
+
+def check_defined(metric: str, labels, preds=None, where: str = "") -> None:
+    """Raises UndefinedMetric when `metric` cannot be computed on these values; `where`
+    (a file, a split) starts the message."""
+    found = undefined_reason(metric, labels, preds)
+    if found is not None:
+        raise UndefinedMetric(metric, *found, where=where)
 
 
 def accuracy(labels, preds) -> float:
@@ -26,13 +93,17 @@ def mcc(labels, preds) -> float:
 
 
 def pearson(labels, preds) -> float:
+    """Pearson's r; UndefinedMetric on constant or non-finite values (module docstring)."""
     from scipy.stats import pearsonr
-    return float(pearsonr(labels, preds)[0])
+    check_defined("pearson", labels, preds)
+    return float(pearsonr(np.asarray(labels, np.float64), np.asarray(preds, np.float64))[0])
 
 
-def spearman(labels, preds) -> float:
+def spearman(labels, preds, metric: str = "spearman") -> float:
+    """Spearman's rho; UndefinedMetric on constant or non-finite values."""
     from scipy.stats import spearmanr
-    return float(spearmanr(labels, preds)[0])
+    check_defined(metric, labels, preds)
+    return float(spearmanr(np.asarray(labels, np.float64), np.asarray(preds, np.float64))[0])
 
 
 def normalize_answer(text: str) -> str:
@@ -99,7 +170,11 @@ def classification_metrics(labels, preds) -> dict:
 
 
 def regression_metrics(labels, preds) -> dict:
+    """pearson, spearman and mse; UndefinedMetric (naming which and why) where one cannot
+    be computed: the labels are checked first (an input error), then the predictions."""
     labels, preds = np.asarray(labels, float), np.asarray(preds, float)
+    check_defined("pearson", labels)  # the labels first: an input error, whatever the model
+    check_defined("mse", labels, preds)
     return {"pearson": pearson(labels, preds), "spearman": spearman(labels, preds),
             "mse": float(np.mean((labels - preds) ** 2))}
 
@@ -135,7 +210,7 @@ def cosine_spearman(a, b, gold) -> float:
     """
     cos = _row_dots(a, b) / np.maximum(np.sqrt(_row_dots(a, a) * _row_dots(b, b)),
                                        1e-12)  # [N]
-    return spearman(np.asarray(gold, float), cos)
+    return spearman(np.asarray(gold, float), cos, metric="cosine_spearman")
 
 
 def glue_score(task_metrics: dict) -> float:

@@ -20,6 +20,7 @@ The output is a params folder (model_config.json + params/ + tokenizer/ + merge.
 naming every input), which is a valid init_from for pretraining, fine-tuning,
 evaluation and export (encoder/checkpoints/sources.py).
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -129,19 +130,143 @@ def parse_weights(weights: str, method: str, n: int) -> list[float]:
     return w
 
 
-def _tokenizer_fingerprint(folder: str, run_config) -> str:
-    """sha256 over the tokenizer's files (a sentencepiece model or a WordPiece folder)."""
-    configured = run_config.data.get("tokenizer", "") if run_config is not None else ""
-    for path in (os.path.join(folder, "tokenizer"), configured):
-        if path and os.path.exists(path):
-            h = hashlib.sha256()
-            files = ([path] if os.path.isfile(path) else
-                     sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs))
-            for f in files:
-                with open(f, "rb") as fh:
-                    h.update(os.path.basename(f).encode() + b"\0" + fh.read())
-            return h.hexdigest()
-    raise FileNotFoundError(f"{folder}: no tokenizer to compare")
+# ------------------------------------------------------------------ tokenization
+# What defines a tokenization, not the file's bytes: a sentencepiece .model also records
+# how it was trained (the temporary input file's path, the thread count), so two runs of
+# one config never had byte-identical models although their pieces are (issue 36).
+
+def _wire(buf: bytes) -> list[tuple[int, object]]:
+    """A protobuf message's (field number, value) pairs: varints as ints, 32-bit values as
+    float32, length-delimited as bytes (the sentencepiece_model_pb2 module of this
+    environment's sentencepiece does not load under its protobuf runtime)."""
+    import struct
+    out, i = [], 0
+
+    def varint():
+        nonlocal i
+        shift = value = 0
+        while True:
+            b = buf[i]
+            i += 1
+            value |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                return value
+    while i < len(buf):
+        key = varint()
+        num, kind = key >> 3, key & 7
+        if kind == 0:
+            out.append((num, varint()))
+        elif kind == 1:
+            out.append((num, struct.unpack("<d", buf[i:i + 8])[0]))
+            i += 8
+        elif kind == 2:
+            n = varint()
+            out.append((num, bytes(buf[i:i + n])))
+            i += n
+        elif kind == 5:
+            out.append((num, struct.unpack("<f", buf[i:i + 4])[0]))
+            i += 4
+        else:
+            raise ValueError(f"not a sentencepiece model (protobuf wire type {kind})")
+    return out
+
+
+def _spec(buf: bytes, fields: dict) -> dict:
+    """The named fields of a sub-message (number -> (name, default)), defaults filled in."""
+    found = dict(_wire(buf))
+    out = {}
+    for num, (name, default) in fields.items():
+        v = found.get(num, default)
+        out[name] = (hashlib.sha256(v).hexdigest()[:16] if name == "precompiled_charsmap"
+                     else v.decode("utf-8") if isinstance(v, bytes) else v)
+    return out
+
+
+# sentencepiece_model.proto: what encoding reads (the normalizer's every field; of the
+# trainer's, those the encoder reads at run time: the algorithm, byte fallback, how
+# whitespace splits words, the unknown piece's surface and the special ids).
+_NORMALIZER = {1: ("name", b""), 2: ("precompiled_charsmap", b""),
+               3: ("add_dummy_prefix", 1), 4: ("remove_extra_whitespaces", 1),
+               5: ("escape_whitespaces", 1), 6: ("normalization_rule_tsv", b"")}
+_TRAINER = {3: ("model_type", 1), 35: ("byte_fallback", 0),
+            24: ("treat_whitespace_as_suffix", 0), 26: ("allow_whitespace_only_pieces", 0),
+            44: ("unk_surface", " \u2047 ".encode()), 40: ("unk_id", 0), 41: ("bos_id", 1),
+            42: ("eos_id", 2), 43: ("pad_id", -1)}
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+
+
+def _sentencepiece_tokenization(path: str) -> dict:
+    with open(path, "rb") as f:
+        fields = _wire(f.read())
+    pieces, out = [], {"kind": "sentencepiece", "normalizer": _spec(b"", _NORMALIZER),
+                       "denormalizer": None, "trainer": _spec(b"", _TRAINER)}
+    for num, value in fields:
+        if num == 1:
+            p = dict(_wire(value))
+            pieces.append((p.get(1, b"").decode("utf-8"), p.get(2, 0.0), p.get(3, 1)))
+        elif num == 2:
+            out["trainer"] = _spec(value, _TRAINER)
+        elif num == 3:
+            out["normalizer"] = _spec(value, _NORMALIZER)
+        elif num == 5:
+            out["denormalizer"] = _spec(value, _NORMALIZER)
+    t = out["trainer"]
+    t["model_type"] = _MODEL_TYPES.get(t["model_type"], t["model_type"])
+    for k in ("unk_id", "bos_id", "eos_id", "pad_id"):  # int32 varints: -1 is 2^64 - 1
+        t[k] = t[k] - (1 << 64) if t[k] >= 1 << 63 else t[k]
+    out["pieces"] = pieces
+    return out
+
+
+_HF_PARTS = ("model", "normalizer", "pre_tokenizer", "post_processor", "decoder",
+             "added_tokens")
+
+
+def tokenization(tok) -> dict:
+    """What defines how `tok` turns text into ids, as comparable data: the pieces (and
+    their scores and kinds), the normalizer and the encoder's settings, the special ids;
+    never where or when it was trained."""
+    roles = {r: int(getattr(tok, f"{r}_id")) for r in ("pad", "unk", "cls", "sep", "mask")}
+    out = {"special ids": roles, "vocab_size": int(tok.vocab_size)}
+    path = getattr(tok, "path", "")
+    if path and os.path.isfile(path) and hasattr(tok, "sp"):
+        return {**out, **_sentencepiece_tokenization(path)}
+    if hasattr(tok, "tok") and hasattr(tok.tok, "to_str"):
+        spec = json.loads(tok.tok.to_str())
+        return {**out, "kind": "tokenizer.json",
+                **{part: spec.get(part) for part in _HF_PARTS},
+                "split_special_tokens": bool(getattr(tok, "split_special_tokens", False))}
+    return {**out, "kind": type(tok).__name__, "fingerprint": tok.fingerprint()}
+
+
+def _short(v, limit: int = 60) -> str:
+    text = json.dumps(v, ensure_ascii=False, default=str) if not isinstance(v, str) else repr(v)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _first_difference(a: list, b: list, what: str) -> str:
+    if len(a) != len(b):
+        return f"{what}: {len(a)} vs {len(b)}"
+    i = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    return f"{what}: entry {i} is {_short(a[i])} vs {_short(b[i])}"
+
+
+def tokenization_diff(a: dict, b: dict, prefix: str = "") -> list[str]:
+    """'field: a vs b' for each field of two tokenization() records that differs."""
+    out = []
+    for k in [k for k in dict.fromkeys(list(a) + list(b))]:
+        x, y = a.get(k, "<absent>"), b.get(k, "<absent>")
+        if x == y:
+            continue
+        name = f"{prefix}{k}"
+        if isinstance(x, dict) and isinstance(y, dict):
+            out += tokenization_diff(x, y, name + ".")
+        elif isinstance(x, list) and isinstance(y, list):
+            out.append(_first_difference(x, y, name))
+        else:
+            out.append(f"{name}: {_short(x)} vs {_short(y)}")
+    return out
 
 
 def _find_ema(opt_state, params):
@@ -213,9 +338,34 @@ def _shape_diff(a, b, path="") -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def quiet_orbax():
+    """absl's verbosity at WARNING while this job reads and writes checkpoints, unless the
+    user gave --verbosity: orbax logs every handler and file at INFO (70 lines for one
+    checkpoint read and one folder written), which buried the result the command prints."""
+    from absl import flags, logging
+    try:
+        asked = bool(flags.FLAGS["verbosity"].present)
+    except KeyError:  # absl's logging flags not defined
+        asked = False
+    old = logging.get_verbosity()
+    if not asked and old > logging.WARNING:  # absl: a higher verbosity logs more
+        logging.set_verbosity(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.set_verbosity(old)
+
+
 def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
           last: int = 0, tree: str = "params") -> dict:
     """Merges the checkpoints into the params folder `out`; returns merge.json's record."""
+    with quiet_orbax():
+        return _merge(workdirs, out, method, weights, last, tree)
+
+
+def _merge(workdirs: str, out: str, method: str, weights: str, last: int,
+           tree: str) -> dict:
     merge_fn = registry.lookup(METHODS, method, "merge method")
     registry.lookup({t: t for t in TREES}, tree, "merge tree")
     entries = parse_entries(workdirs, last)
@@ -231,7 +381,7 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
         run, params, got = load_checkpoint(path, step, tree)
         runs.append(run)
         trees.append(params)
-        tokens.append(_tokenizer_fingerprint(path, run))
+        tokens.append(tokenization(sources._tokenizer_in(path, run)))
         used.append({"workdir": os.path.abspath(path), "step": int(got)})
     _refuse_repeats([(os.path.realpath(u["workdir"]), u["step"]) for u in used],
                     "--workdirs reaches")  # WORKDIR and WORKDIR@its newest step
@@ -243,9 +393,11 @@ def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
         shape = _shape_diff(trees[i], trees[0])
         if shape:
             raise ValueError(f"cannot merge {name}: parameter shapes differ at {shape}")
-        if tokens[i] != tokens[0]:
+        differs = tokenization_diff(tokens[i], tokens[0])
+        if differs:
             raise ValueError(f"cannot merge {name}: different tokenizers (the same token ids "
-                             "would mean different text)")
+                             "would mean different text): " + "; ".join(differs[:4]) + (
+                                 f"; and {len(differs) - 4} more" if len(differs) > 4 else ""))
     merged = merge_fn(trees, w)
     record = {"method": method, "tree": tree, "inputs": used,
               "weights": list(np.asarray(w) / np.sum(w))}

@@ -48,3 +48,44 @@ def test_bio_entities_and_entity_f1():
     assert m["entity_precision"] == pytest.approx(0.5)
     assert m["entity_recall"] == pytest.approx(1 / 3)
     assert m["entity_f1"] == pytest.approx(2 * 0.5 * (1 / 3) / (0.5 + 1 / 3))
+
+
+@pytest.mark.parametrize("labels, preds, side, words", [
+    ([2.0] * 5, [1, 2, 3, 4, 5], "labels", "every one of the 5 labels is 2"),
+    ([1, 2, 3, 4], [0.5] * 4, "predictions", "predicts one value for every input"),
+    ([1, float("nan"), 3, 4], [1, 2, 3, 4], "labels", "1 of 4 labels is NaN (first at row 1)"),
+    ([1, 2, 3, 4], [1, 2, float("inf"), float("-inf")], "predictions",
+     "2 of 4 predictions are infinite (first at row 2)"),
+    ([1.0], [2.0], "labels", "at least 2 pairs, got 1"),
+    ([1, 2, 3], [1, 2], "both", "3 labels but 2 predictions"),
+])
+def test_a_correlation_that_cannot_be_computed_says_which_and_why(labels, preds, side, words):
+    """Not scipy's NaN (which became "dev/pearson is not finite" a whole epoch later): one
+    line naming the metric, the side and the reason."""
+    for name, fn in (("pearson", metrics.pearson), ("spearman", metrics.spearman)):
+        with pytest.raises(metrics.UndefinedMetric) as e:
+            fn(labels, preds)
+        assert (e.value.metric, e.value.side) == (name, side)
+        assert str(e.value).startswith(f"{name} is undefined: ") and words in str(e.value)
+        assert "\n" not in str(e.value) and isinstance(e.value, ValueError)
+
+
+def test_undefined_reason_checks_labels_before_training():
+    assert metrics.undefined_reason("pearson", [1.0, 1.0, 1.0]) == (
+        "labels", "every one of the 3 labels is 1 (a correlation needs labels that vary)")
+    assert metrics.undefined_reason("pearson", [1.0, 2.0]) is None
+    # mse is defined for constant labels, not for a NaN
+    assert metrics.undefined_reason("mse", [1.0, 1.0]) is None
+    assert metrics.undefined_reason("mse", [1.0, float("nan")])[0] == "labels"
+    with pytest.raises(metrics.UndefinedMetric, match=r"^dev\.jsonl: pearson is undefined"):
+        metrics.check_defined("pearson", [3, 3], where="dev.jsonl")
+    # regression_metrics: the labels are named first, whatever the predictions
+    with pytest.raises(metrics.UndefinedMetric) as e:
+        metrics.regression_metrics([2, 2, 2], [0.1, 0.1, 0.1])
+    assert e.value.side == "labels"
+    with pytest.raises(metrics.UndefinedMetric, match="mse is undefined: 1 of 3 predictions"):
+        metrics.regression_metrics([1, 2, 3], [0.1, float("nan"), 0.3])
+    # the STS score names itself
+    a = np.eye(3)
+    with pytest.raises(metrics.UndefinedMetric, match="cosine_spearman is undefined"):
+        metrics.cosine_spearman(a, a, [1, 2, 3])  # every cosine is 1
