@@ -87,6 +87,11 @@ def base_config() -> ml_collections.ConfigDict:
                                        # full: its parameters, optimizer state (EMA included), step
                                        # and data position: the run continues it (a decay from
                                        # step N; a context extension) (encoder/train/phases.py)
+    config.init_fresh = ""             # init_from: path prefixes (encoder/blocks_0,mlm_head) that
+                                       # may start fresh or go unused; anything else unmatched
+                                       # between source and model is refused
+    config.init_allow = ""             # init_from: model fields (norm,position) that may differ
+                                       # from the source's (each computes another function)
     config.phases = ()                 # () one phase; else a tuple of dicts (encoder/train/phases.py)
     config.model = model_config("tiny")
 
@@ -259,7 +264,7 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
         c.model.local_window = 16
     c.data.seq_len = 64
     c.data.tokenizer_sample_chars = 300_000
-    c.train.update(dict(num_steps=20, batch_size=8, warmup_steps=5, log_every=5, eval_every=20,
+    c.train.update(dict(num_steps=20, batch_size=8, warmup_steps=1, log_every=5, eval_every=20,
                         eval_batches=2, checkpoint_every=20, progress=False))
     if c.get("phases"):
         c.train.update(dict(warmup_steps=2, grad_accum_steps=1, batch_warmup_tokens=0,

@@ -94,6 +94,17 @@ def load(init_from: str) -> Pretrained:
     return Pretrained(run.model, state["params"], _tokenizer_in(init_from, run), run)
 
 
+def load_tokenizer(init_from: str):
+    """The tokenizer of a source alone (no parameter is read): for checks before a job
+    prepares anything."""
+    if init_from.startswith("hf:"):
+        return tokenizer_lib.load(init_from[3:])
+    config_path = os.path.join(init_from, "config.json")
+    run = (ml_collections.ConfigDict(_read_json(config_path))
+           if os.path.exists(config_path) and not store.is_params_folder(init_from) else None)
+    return _tokenizer_in(init_from, run if run is not None and "model" in run else None)
+
+
 def _finetuned(workdir: str, run) -> Pretrained:
     best = os.path.join(workdir, "best")
     if not store.is_params_folder(best):
@@ -106,17 +117,72 @@ def _finetuned(workdir: str, run) -> Pretrained:
                       task=run.get("task", ""), labels=labels)
 
 
-def merge_params(params, loaded, shardings=None, strict: bool = False, path: str = ""):
+@dataclasses.dataclass
+class LoadReport:
+    """What applying a source did: leaves loaded, leaves the model has that the source
+    lacks (they start fresh), leaves the source has that the model has no place for."""
+    loaded: list = dataclasses.field(default_factory=list)
+    fresh: list = dataclasses.field(default_factory=list)
+    unused: list = dataclasses.field(default_factory=list)
+
+    def summary(self, source: str) -> str:
+        def some(paths):
+            return ", ".join(paths[:4]) + (f" (+{len(paths) - 4} more)" if len(paths) > 4 else "")
+        line = f"init_from {source}: {len(self.loaded)} tensors loaded"
+        if self.fresh:
+            line += f"; fresh: {some(self.fresh)}"
+        if self.unused:
+            line += f"; unused from the source: {some(self.unused)}"
+        return line
+
+    def check(self, source: str, may_start_fresh: dict, may_go_unused: dict,
+              allowed: str = "") -> list[str]:
+        """Refuses a fresh or unused leaf that no rule explains; returns the explanation of
+        each that one does. The rules map a path prefix to its reason (a new head, a task's
+        head); `allowed` is the user's comma-separated list of prefixes (init_fresh)."""
+        user = {p.strip().strip("/"): "--config.init_fresh"
+                for p in allowed.split(",") if p.strip()}
+        said, refused = [], []
+        for kind, paths, rules in (("fresh", self.fresh, may_start_fresh),
+                                   ("unused", self.unused, may_go_unused)):
+            for path in paths:
+                reason = next((why for prefix, why in {**rules, **user}.items()
+                               if path.strip("/") == prefix or
+                               path.strip("/").startswith(prefix + "/")), None)
+                if reason is None:
+                    refused.append(f"{path} ({'the source lacks it' if kind == 'fresh' else 'the model has no place for it'})")
+                elif f"{kind}: {reason}" not in said:
+                    said.append(f"{kind}: {reason}")
+        if refused:
+            raise ValueError(
+                f"init_from {source} does not fit this model: " + "; ".join(refused[:6])
+                + (f" (+{len(refused) - 6} more)" if len(refused) > 6 else "")
+                + ". It is a different architecture (set the model as the source has it), or "
+                "list the prefixes that may start fresh or go unused in --config.init_fresh")
+        return said
+
+
+def _leaf_paths(tree, path: str) -> list[str]:
+    if not isinstance(tree, dict):
+        return [path or "/"]
+    return [p for k, v in tree.items() for p in _leaf_paths(v, f"{path}/{k}")]
+
+
+def merge_params(params, loaded, shardings=None, strict: bool = False, path: str = "",
+                 report: LoadReport | None = None):
     """params with every subtree that `loaded` also has replaced; shapes must match.
 
     strict: every parameter of `params` must be in `loaded` (an encoder taken
-    from a source must be whole, never silently part random).
+    from a source must be whole, never silently part random). report: filled with what
+    was loaded, what starts fresh and what in `loaded` went unused.
     """
     if not isinstance(params, dict):
         if tuple(params.shape) != tuple(np.shape(loaded)):
             raise ValueError(f"init_from: {path or '/'} has shape {np.shape(loaded)}, the model "
                              f"expects {tuple(params.shape)}")
         value = np.asarray(loaded, params.dtype)
+        if report is not None:
+            report.loaded.append(path or "/")
         return jax.device_put(value, shardings) if shardings is not None else value
     if not isinstance(loaded, dict):
         raise ValueError(f"init_from: {path or '/'} is a single array, the model expects a tree")
@@ -125,9 +191,54 @@ def merge_params(params, loaded, shardings=None, strict: bool = False, path: str
     if strict and missing:
         raise ValueError(f"init_from: the source lacks {path}/{missing[0]} (and "
                          f"{len(missing) - 1} more): it is a different architecture")
+    if report is not None:
+        report.fresh += [p for k in missing for p in _leaf_paths(params[k], f"{path}/{k}")]
+        report.unused += [p for k in loaded if k not in params
+                          for p in _leaf_paths(loaded[k], f"{path}/{k}")]
     return {k: merge_params(v, loaded[k], None if shardings is None else shardings[k], strict,
-                            f"{path}/{k}") if k in loaded else v
+                            f"{path}/{k}", report) if k in loaded else v
             for k, v in params.items()}
+
+
+# Model fields that do not change the function a checkpoint computes (how it runs, how it
+# is regularised, a label), or are checked by the parameters' shapes.
+RUNTIME_FIELDS = ("dropout", "attention_dropout", "dtype", "attention_impl", "remat",
+                  "scan_layers", "size", "max_position", "vocab_size", "real_vocab_size",
+                  "initializer_range")
+
+
+def architecture_differences(source_cfg, model_cfg, allowed: str = "") -> list[str]:
+    """'field: model X, source Y' for every field of the model that computes a different
+    function than the source's parameters were trained for (a field the source's config
+    does not have is not compared); `allowed` lists fields changed knowingly."""
+    ok = {f.strip() for f in allowed.split(",") if f.strip()}
+    src = source_cfg.to_dict() if hasattr(source_cfg, "to_dict") else dict(source_cfg)
+    out = []
+    for k, v in model_cfg.items():
+        if k in RUNTIME_FIELDS or k in ok or k not in src or hasattr(v, "items"):
+            continue
+        if src[k] != v and not (isinstance(v, float) and isinstance(src[k], (int, float))
+                                and abs(float(src[k]) - v) <= 1e-12 * max(1.0, abs(v))):
+            out.append(f"model.{k}: {v!r} here, {src[k]!r} in the source")
+    return out
+
+
+def check_architecture(source: str, source_cfg, model_cfg, allowed: str = "") -> None:
+    diffs = architecture_differences(source_cfg, model_cfg, allowed)
+    if diffs:
+        raise ValueError(f"init_from {source}: its parameters compute another model than "
+                         f"this config: {'; '.join(diffs)}. Set these as the source has them, "
+                         "or name the fields you change knowingly in --config.init_allow")
+
+
+def check_tokenizer(source: str, source_tok, tok, what: str) -> None:
+    """The run's tokenizer must be the source's: ids mean tokens only through it."""
+    if source_tok.fingerprint() != tok.fingerprint():
+        raise ValueError(f"init_from {source} was trained with another tokenizer than {what} "
+                         f"(vocabularies of {source_tok.vocab_size} and {tok.vocab_size} ids, "
+                         f"fingerprints {source_tok.fingerprint()[:12]} and "
+                         f"{tok.fingerprint()[:12]}): give the source's tokenizer "
+                         "(data.tokenizer) and prepare the corpus with it")
 
 
 def merge_rows(params, loaded, shardings, path: str = ""):

@@ -193,9 +193,11 @@ def init_from_source(run: FineTuning):
 
     def init(params, shardings):
         model = dict(params["model"])
+        rep = sources.LoadReport()
         model["encoder"] = sources.merge_params(model["encoder"], encoder_params(src.params),
                                                 shardings["model"]["encoder"], strict=True,
-                                                path="encoder")
+                                                path="encoder", report=rep)
+        rep.check(run.config.init_from, {}, {}, run.config.get("init_fresh", ""))  # all of it
         head, merge = None, sources.merge_params
         rows = head_rows(src, run.config.task, run.task.labels) if "head" in src.params else ""
         if rows == "same" and sources.shapes_match(src.params["head"], model["head"]):
@@ -206,8 +208,11 @@ def init_from_source(run: FineTuning):
             head = {"pooler": src.params["pooler"]}  # BERT's pooler for cls_tanh pooling
         if head is not None:
             model["head"] = merge(model["head"], head, shardings["model"]["head"], path="head")
-        logging.info("init_from %s: encoder%s", run.config.init_from,
-                     " and head" if head is not None else ", a fresh head")
+        others = sorted(k for k in src.params if k not in ("encoder", "head", "pooler"))
+        loop.report(rep.summary(run.config.init_from) + (
+            " and the head" if head is not None else "; the task head starts fresh")
+            + (f"; the source's {', '.join(others)} are not used by fine-tuning"
+               if others else ""))
         return {**params, "model": model}
     return init
 

@@ -263,6 +263,18 @@ def _evaluate(prun: PhaseRun):
     return evaluate
 
 
+def _evaluate_start(run: Run, prun: PhaseRun, state, writer, step: int) -> None:
+    """The held-out figures of the source itself, at the step the run starts from, under
+    the run's protocol: where the curve begins (a row of metrics.jsonl)."""
+    evaluate = _evaluate(prun)
+    if evaluate is None:
+        return
+    row = evaluate(state, step, {})
+    writer.write(step, row)
+    report(f"step {step} (init_from {run.config.init_from}, before training): " + ", ".join(
+        f"{k}={v:.4g}" for k, v in row.items()))
+
+
 def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
     """How many times the run reads its training data (the main job reads the 435k-token
     stdlib corpus 11 times); past a few passes the train/held-out gap is worth watching."""
@@ -274,14 +286,32 @@ def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
     return line
 
 
-def load_init_params(init_from: str, params, shardings, step: int = -1):
-    """Copies the subtrees an init source has (a workdir, params folder or hf:DIR) into params
-    (a workdir's checkpoint at `step`, -1: its newest)."""
+# What pretraining may start fresh or leave unused from a source, and why.
+MAY_START_FRESH = {"pair": "the next-sentence / sentence-order head is new (the source has none)"}
+MAY_GO_UNUSED = {"pooler": "BERT's pooler feeds only a sentence-pair head",
+                 "pair": "the source's sentence-pair head (this run has no pair task)"}
+
+
+def check_source(cfg, src: sources.Pretrained, tok) -> None:
+    """The source computes the model this config builds, with this run's tokenizer."""
+    sources.check_architecture(cfg.init_from, src.model_cfg, cfg.model, cfg.get("init_allow", ""))
+    sources.check_tokenizer(cfg.init_from, src.tokenizer, tok, "this run's data")
+
+
+def load_init_params(init_from: str, params, shardings, step: int = -1, src=None,
+                     allowed: str = "") -> tuple[dict, list[str]]:
+    """Copies an init source's parameters (a workdir, params folder or hf:DIR; a workdir's
+    checkpoint at `step`, -1: its newest) into params; anything the source lacks or has
+    beyond the model is refused unless a rule or `allowed` (init_fresh) explains it.
+    Returns (params, the report's lines)."""
     if step >= 0:
         loaded = _checkpoint_at(init_from, step, None)[0]["params"]
     else:
-        loaded = sources.load(init_from).params
-    return sources.merge_params(params, loaded, shardings)
+        loaded = (src or sources.load(init_from)).params
+    rep = sources.LoadReport()
+    out = sources.merge_params(params, loaded, shardings, report=rep)
+    said = rep.check(init_from, MAY_START_FRESH, MAY_GO_UNUSED, allowed)
+    return out, [rep.summary(init_from)] + said
 
 
 def _checkpoint_at(workdir: str, step: int, abstract):
@@ -308,6 +338,11 @@ def train(config, workdir: str, devices=None) -> dict:
         raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
     validate(config)  # before the workdir is touched: a refused config writes nothing
     check_fits(config, devices)
+    if config.init_from and config.data.tokenizer and not store.has_checkpoint(workdir):
+        from encoder.data import tokenizer as tokenizer_lib  # before any data is prepared
+        sources.check_tokenizer(config.init_from, sources.load_tokenizer(config.init_from),
+                                tokenizer_lib.load(config.data.tokenizer),
+                                f"data.tokenizer={config.data.tokenizer}")
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
         phases_lib.check_appended(workdir, config)
         with store.disk_full_named(workdir):
@@ -335,16 +370,27 @@ def _start_full(run: Run, workdir: str):
 def _train(config, workdir: str, devices=None) -> dict:
     run = build(config, workdir, devices)
     cfg, plan = run.config, run.plan
-    init = None
-    if cfg.init_from and cfg.get("init_state", "params") == "params":
-        init = lambda p, s: load_init_params(cfg.init_from, p, s,  # noqa: E731
-                                             cfg.get("init_step", -1))
+    init, said = None, []
+    if cfg.init_from and not store.has_checkpoint(workdir):  # a resume needs no source
+        src = sources.load(cfg.init_from)
+        check_source(cfg, src, run.tokenizer)
+
+        def from_source(p, s):
+            out, lines = load_init_params(cfg.init_from, p, s, cfg.get("init_step", -1), src,
+                                          cfg.get("init_fresh", ""))
+            said.extend(lines)
+            return out
+        if cfg.get("init_state", "params") == "params":
+            init = from_source
     source_data, _ = _start_full(run, workdir)
     mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
                                                cfg.train.keep_checkpoints, init)
     state = start.state
     data_state = start.data_state if start.step is not None else source_data
     step0 = int(state.step)
+    for line in said:
+        report(line)
+    evaluate_start = bool(cfg.init_from) and start.step is None
     if step0 >= plan.total_steps:
         report(f"{workdir} already holds a finished run (step {step0} of "
                f"{plan.total_steps}); raise train.num_steps"
@@ -364,6 +410,9 @@ def _train(config, workdir: str, devices=None) -> dict:
                 break
             prun = build_phase(run, phase)
             pc = prun.config
+            if evaluate_start:  # the source's figures, before its first step here
+                _evaluate_start(run, prun, state, writer, step0)
+                evaluate_start = False
             if phase.index == plan.index_at(step0) or not cfg.get("phases"):
                 report(data_passes(len(prun.train_rows), phase.steps, pc.train.batch_size,
                                    pc.data.seq_len))

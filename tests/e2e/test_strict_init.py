@@ -1,0 +1,93 @@
+"""init_from loads strictly: the model a config builds must be the source's (the fields
+that change its function), its tokenizer the source's, and every tensor of either side is
+accounted for; the run's first metrics row is the source's own held-out figure."""
+import json
+import os
+
+import jax
+import pytest
+
+from encoder.checkpoints import sources
+from encoder.jobs import pretrain
+from helpers import tiny_pretrain_config
+
+pytestmark = pytest.mark.e2e
+
+
+def _rows(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def _continued(tiny_pretrained, **model):
+    config = tiny_pretrain_config(num_steps=2, checkpoint_every=2)
+    config.init_from = tiny_pretrained
+    config.data.tokenizer = os.path.join(tiny_pretrained, "tokenizer", "sp.model")
+    config.model.update(model)
+    return config
+
+
+@pytest.mark.parametrize("field,value", [("position", "learned"), ("norm", "pre_ln")])
+def test_a_model_that_computes_another_function_is_refused(tiny_pretrained, tmp_path, field,
+                                                           value):
+    """BERT-style weights into a RoPE model (the learned table dropped), or post-LN weights
+    read as pre-LN (same names, another function): both loaded silently before."""
+    config = _continued(tiny_pretrained, **{field: value})
+    with pytest.raises(ValueError, match=rf"model.{field}: '{value}' here, .* in the source"):
+        pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices()[:1])
+    config.init_allow = field  # named knowingly; every tensor must still be accounted for
+    with pytest.raises(ValueError, match=r"/encoder/(final_norm|embed/position).* \(the source "
+                                         r"lacks it\)"):
+        pretrain.train(config, str(tmp_path / "allowed"), devices=jax.devices()[:1])
+    if field == "norm":  # pre-LN's final norm may start fresh when named: then it runs
+        config.init_fresh = "encoder/final_norm"
+        pretrain.train(config, str(tmp_path / "fresh"), devices=jax.devices()[:1])
+        assert os.path.exists(tmp_path / "fresh" / "checkpoints")
+
+
+def test_another_tokenizer_is_refused_naming_both(tiny_pretrained, tmp_path):
+    from encoder.data import tokenizer as tokenizer_lib
+    from encoder.data import embedded_tasks  # noqa: F401  (the stdlib text is at hand)
+    text = tmp_path / "text.txt"
+    text.write_text("\n\n".join(f"document {i} about other words entirely, numbered {i * 7}"
+                                for i in range(400)))
+    other = tokenizer_lib.train_sentencepiece([text.read_text()], str(tmp_path / "other"), 200)
+    config = _continued(tiny_pretrained)
+    config.data.tokenizer = other
+    with pytest.raises(ValueError, match=r"another tokenizer than data.tokenizer=.*fingerprints"):
+        pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices()[:1])
+
+
+def test_the_run_starts_where_the_source_was(tmp_path):
+    """A source trained with a held-out evaluation at its last step; a run from it starts
+    with the same figure at step 0 (same held-out rows, same masks): the parameters arrived
+    whole. Every tensor loaded, none fresh, none unused."""
+    source = tiny_pretrain_config(num_steps=4, checkpoint_every=4, eval_every=4)
+    pretrain.train(source, str(tmp_path / "src"), devices=jax.devices()[:1])
+    last = _rows(str(tmp_path / "src"))[-1]
+    config = tiny_pretrain_config(num_steps=2, checkpoint_every=2, eval_every=2)
+    config.init_from = str(tmp_path / "src")
+    config.data.tokenizer = os.path.join(str(tmp_path / "src"), "tokenizer", "sp.model")
+    pretrain.train(config, str(tmp_path / "wd"), devices=jax.devices()[:1])
+    first = _rows(str(tmp_path / "wd"))[0]
+    assert first["step"] == 0
+    for key in ("eval/mlm_loss", "eval/mlm_accuracy"):
+        assert first[key] == pytest.approx(last[key], abs=1e-5), key
+
+
+def test_the_load_report_accounts_for_every_tensor():
+    import numpy as np
+    model = {"encoder": {"w": np.zeros(2)}, "pair": {"w": np.zeros(2)}}
+    loaded = {"encoder": {"w": np.ones(2)}, "pooler": {"dense": np.ones(2)},
+              "extra": {"b": np.ones(3)}}
+    rep = sources.LoadReport()
+    out = sources.merge_params(model, loaded, report=rep)
+    assert out["encoder"]["w"].tolist() == [1, 1] and out["pair"]["w"].tolist() == [0, 0]
+    assert rep.loaded == ["/encoder/w"] and rep.fresh == ["/pair/w"]
+    assert rep.unused == ["/pooler/dense", "/extra/b"]
+    rules = {"pair": "a new head"}, {"pooler": "feeds only a pair head"}
+    with pytest.raises(ValueError, match=r"/extra/b \(the model has no place for it\)"):
+        rep.check("SRC", *rules)
+    said = rep.check("SRC", *rules, allowed="extra")
+    assert said == ["fresh: a new head", "unused: feeds only a pair head",
+                    "unused: --config.init_fresh"]
