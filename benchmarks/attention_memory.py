@@ -11,10 +11,10 @@ the blocked algorithm's (no T x T array exists), not TPU/GPU on-chip buffers,
 so the figure bounds what the kernel path needs in device memory; the dense
 paths' figures are XLA's own on any platform.
 
-    python -m encoder.model.attention_memory --config=experiments/modernbert_base.py \\
+    python -m benchmarks.attention_memory --config=experiments/modernbert_base.py \\
         --num_layers=4 --seq_len=2048 --batch_size=1 --impls=xla,splash
 
-Prints one JSON line per backend. `measure` is what encoder.bench can call.
+Prints one JSON line per backend (run from the repository root).
 """
 import json
 import time

@@ -4,7 +4,7 @@ One base config holds every default; experiment modules under experiments/
 state only what differs. This module imports no model, objective or training
 code: each variant name is a string checked where its table lives
 (`encoder.model.models.validate_config`, `encoder.objectives.objectives.validate`,
-`encoder.train.pretrain.validate`), before anything compiles, with the valid
+`encoder.jobs.pretrain.validate`), before anything compiles, with the valid
 names listed. The fine-tuning schema is encoder/finetune/config.py; both use
 the same experiment-argument syntax (`parse_arg`, `apply_options`).
 """
@@ -121,7 +121,9 @@ def base_config() -> ml_collections.ConfigDict:
         restart_positions=False,       # positions restart at every packed document
         document_mask=True,            # tokens attend only inside their document
         tokenizer="",                  # path to a .model; empty: train one into the workdir
-        tokenizer_type="unigram",      # unigram | bpe
+        tokenizer_type="unigram",      # unigram | bpe | byte_bpe (data/tokenizer.py TOKENIZER_TYPES)
+        vocab_multiple=64,             # the model's vocabulary rows: the tokenizer's, padded to a
+                                       # multiple of this (masked out of the MLM softmax; 1: none)
         tokenizer_sample_chars=4_000_000,
         cache_dir="",                  # prepared plain text goes here; empty: WORKDIR/cache
         valid_fraction=0.05,           # embedded corpus: held-out share of documents

@@ -15,7 +15,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALL = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
              if not p.endswith("__init__.py"))
 DOWNSTREAM = ("finetune", "evaluate", "embed")  # config.mode experiments, not pretraining
-EXPERIMENTS = [e for e in ALL if e not in DOWNSTREAM]
+FROM_SOURCE = ("continue",)  # the model comes from init_from (tests/e2e/test_continue.py)
+EXPERIMENTS = [e for e in ALL if e not in DOWNSTREAM + FROM_SOURCE]
 PUBLISHED = {  # millions of parameters, as the papers report them
     "bert_base": 110, "roberta_base": 125, "electra_small": 14, "electra_base": 110,
     "albert_base": 12, "modernbert_base": 149, "mosaicbert_base": 137,

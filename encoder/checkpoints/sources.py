@@ -105,6 +105,58 @@ def load_tokenizer(init_from: str):
     return _tokenizer_in(init_from, run if run is not None and "model" in run else None)
 
 
+def model_config(init_from: str):
+    """The model config of a source alone (no parameter is read)."""
+    if init_from.startswith("hf:"):
+        from encoder.interop import hf
+        raw = hf.read_config(init_from[3:])
+        return hf.family_of(raw).config_from_hf(raw)
+    if store.is_params_folder(init_from):
+        return ml_collections.ConfigDict(_read_json(os.path.join(init_from, "model_config.json")))
+    config_path = os.path.join(init_from, "config.json")
+    if not os.path.exists(config_path):
+        load(init_from)  # raises the error that names what a source must be
+    run = ml_collections.ConfigDict(_read_json(config_path))
+    if run.get("mode", "pretrain") == "finetune":
+        return ml_collections.ConfigDict(_read_json(os.path.join(init_from, "best",
+                                                                 "model_config.json")))
+    return run.model
+
+
+def tokenizer_path(init_from: str) -> str:
+    """The path tokenizer.load reads a source's tokenizer from."""
+    if init_from.startswith("hf:"):
+        return init_from[3:]
+    for path in (os.path.join(init_from, "tokenizer", "sp.model"),
+                 os.path.join(init_from, "tokenizer")):
+        if os.path.exists(path):
+            return path
+    load_tokenizer(init_from)  # raises naming what is missing
+    config = _read_json(os.path.join(init_from, "config.json"))
+    return config["data"]["tokenizer"]
+
+
+def fill_from_source(config, defaults) -> list[str]:
+    """A config whose model fields are unset (placeholders, experiments/continue.py) takes
+    them from its init_from source, and its tokenizer (data.tokenizer) too where unset;
+    fields the user set stay and are checked against the source later (check_architecture).
+    `defaults`: the values of fields the source's config lacks. Returns what was taken."""
+    unset = [k for k, v in config.model.items() if v is None]
+    if not unset:
+        return []
+    if not config.init_from:
+        raise ValueError("this experiment takes its model from a source: give "
+                         "--config.init_from=hf:DIR, a workdir or a params folder")
+    src = model_config(config.init_from)
+    for k in unset:
+        config.model[k] = src[k] if k in src else defaults[k]
+    taken = [f"model ({len(unset)} fields)"]
+    if not config.data.tokenizer:
+        config.data.tokenizer = tokenizer_path(config.init_from)
+        taken.append(f"tokenizer ({config.data.tokenizer})")
+    return taken
+
+
 def _finetuned(workdir: str, run) -> Pretrained:
     best = os.path.join(workdir, "best")
     if not store.is_params_folder(best):

@@ -19,7 +19,7 @@ COMMANDS = {
     "merge": "average or merge checkpoints into a params folder",
     "prepare": "text -> a prepared corpus (tokenizer, ArrayRecord shards, manifest)",
     "tasks": "write the embedded downstream tasks (from the standard library's docs)",
-    "export": "a checkpoint -> a HuggingFace folder (transformers | sentence_transformers)",
+    "export": "a checkpoint -> a HuggingFace folder (transformers | sentence-transformers | pylate)",
     "import_hf": "a HuggingFace folder -> a params folder of this codebase",
     "mine": "mine hard negatives for contrastive pairs with a model",
     "probe": "per-layer linear probes of a model on task folders",

@@ -24,6 +24,7 @@ import os
 import shutil
 import tempfile
 
+import jax
 import numpy as np
 
 from encoder import errors
@@ -194,6 +195,27 @@ def check_out(source: str, out: str) -> None:
                              "another --out")
 
 
+def unpadded(cfg, params):
+    """(cfg, params) with a padded vocabulary's padding rows dropped (model.real_vocab_size):
+    HF's models have no mask for them, and without them the exported softmax over the real
+    tokens is exactly ours. The token tables' rows, the MLM output biases and an untied
+    decoder's columns are sliced."""
+    real, rows = int(cfg.get("real_vocab_size", 0) or 0), int(cfg.vocab_size)
+    if not real or real == rows:
+        return cfg, params
+
+    def trim(path, x):
+        name = jax.tree_util.keystr(path)
+        if x.ndim >= 1 and x.shape[0] == rows and ("token" in name or "output_bias" in name):
+            return x[:real]
+        if x.ndim == 2 and x.shape[-1] == rows and "head" in name:
+            return x[:, :real]
+        return x
+    cfg = cfg.copy_and_resolve_references()
+    cfg.vocab_size, cfg.real_vocab_size = real, 0
+    return cfg, jax.tree_util.tree_map_with_path(trim, params)
+
+
 def export(source: str, out: str, fmt: str = "transformers", family: str = "") -> dict:
     """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders'}."""
     if fmt not in FORMATS:
@@ -201,7 +223,8 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
     check_out(source, out)
     p = sources.load(source)
     kind = head_kind(p, fmt)
-    cfg = p.model_cfg
+    cfg, p.params = unpadded(p.model_cfg, p.params)
+    p.model_cfg = cfg
     params = p.params
     if kind == "rtd":
         params = _discriminator(p.params)

@@ -9,7 +9,7 @@ folder, or hf:DIR (encoder/checkpoints/sources.py). The encoder always comes
 from the source; a fine-tuned source's head too when it was trained for the
 same task type and labels, or for a label map the training file continues (most of
 its labels in it: the map is kept, a rare label the file lacks is still known, new
-labels get new rows after the old ones). Training goes through encoder/train/trainer.py:
+labels get new rows after the old ones). Training goes through encoder/train/loop.py:
 the sharded, donated step (data and fsdp mesh axes), checkpoints every N
 steps, at each epoch's end and on SIGTERM/Ctrl-C, exact resume within an
 epoch, the non-finite stop. Dev is scored at every epoch's end; the best

@@ -5,7 +5,7 @@
 `build(config, workdir)` makes the whole run once (data, tokenizer, objective
 context, Trainer with its compiled step, evaluation function) without
 touching the caller's config; `train(config, workdir)` resumes or starts it
-and runs the shared loop (encoder/train/trainer.py) once per phase.
+and runs the shared loop (encoder/train/loop.py) once per phase.
 
 A run in phases (config.phases; encoder/train/phases.py) keeps one train state
 through all of them: each phase gets its own step (a new seq_len, masking rate or
@@ -24,6 +24,7 @@ from typing import Any
 import jax
 from absl import logging
 
+from encoder import config as config_lib
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.eval import evaluators
@@ -152,6 +153,26 @@ def _open_data(cfg, workdir: str):
                                           primary=jax.process_index() == 0, barrier=_barrier)
 
 
+def set_vocabulary(config, tokens: int) -> None:
+    """The model's vocabulary rows from its tokenizer: a source keeps its own rows (its
+    extra rows are its own), a new model takes the tokenizer's tokens padded to a multiple
+    of data.vocab_multiple, the padding masked out of the MLM softmax."""
+    m = config.model
+    if config.init_from:
+        if tokens > m.vocab_size:
+            raise ValueError(f"the tokenizer has {tokens} tokens, init_from's model "
+                             f"{m.vocab_size} rows: it is not the source's tokenizer")
+        return
+    from encoder.data import tokenizer as tokenizer_lib
+    rows = tokenizer_lib.padded_vocab_size(tokens, int(config.data.get("vocab_multiple", 1)))
+    if (m.vocab_size, m.get("real_vocab_size", 0)) != (rows, tokens if rows != tokens else 0):
+        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
+        logging.info("model.vocab_size %d -> %d rows for the tokenizer's %d tokens",
+                     m.vocab_size, rows, tokens)
+    m.vocab_size = rows
+    m.real_vocab_size = tokens if rows != tokens else 0
+
+
 def build(config, workdir: str, devices=None) -> Run:
     """The run, built once: data, tokenizer, objective, trainer and evaluation (for a run in
     phases: the first phase's, with the optimizer of all of them)."""
@@ -166,11 +187,7 @@ def build(config, workdir: str, devices=None) -> Run:
                          f"data.valid_fraction (now {config.data.valid_fraction}), give "
                          "data.valid_files, or set train.eval_every=0")
     tok = data.tokenizer
-    if tok.vocab_size != config.model.vocab_size:
-        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
-        logging.warning("model.vocab_size %d -> %d, the tokenizer's size",
-                        config.model.vocab_size, tok.vocab_size)
-        config.model.vocab_size = tok.vocab_size
+    set_vocabulary(config, tok.vocab_size)
     plan = phases_lib.plan(config)
     first = plan.phases[0].config
     if config.get("phases"):
@@ -221,10 +238,10 @@ def build_phase(run: Run, phase) -> PhaseRun:
         pieces = None
     else:
         data = _open_data(cfg, run.workdir)
-        if data.tokenizer.vocab_size != cfg.model.vocab_size:
-            raise ValueError(f"phase {phase.name!r}: its data's tokenizer has "
-                             f"{data.tokenizer.vocab_size} tokens, the model "
-                             f"{cfg.model.vocab_size}")
+        if data.tokenizer.fingerprint() != run.tokenizer.fingerprint():
+            raise ValueError(f"phase {phase.name!r}: its data's tokenizer is not the run's "
+                             f"({data.tokenizer.vocab_size} and {run.tokenizer.vocab_size} "
+                             "tokens): prepare the phase's data with the run's tokenizer")
         if data.valid is None and cfg.train.eval_every:
             raise ValueError(f"phase {phase.name!r}: no held-out document to evaluate on")
     pieces = pretraining.build(cfg, run.tokenizer, run.most_frequent_id)
@@ -330,6 +347,10 @@ def _checkpoint_at(workdir: str, step: int, abstract):
 
 def train(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) pretraining; returns the last train and eval metrics."""
+    if any(v is None for v in config.model.values()):  # experiments/continue.py
+        config = config.copy_and_resolve_references()
+        for line in sources.fill_from_source(config, config_lib.model_config("tiny")):
+            report(f"from {config.init_from}: {line}")
     if config.init_from and not config.init_from.startswith("hf:") and not os.path.isdir(
             config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
         if os.path.exists(config.init_from):
@@ -343,7 +364,8 @@ def train(config, workdir: str, devices=None) -> dict:
         sources.check_tokenizer(config.init_from, sources.load_tokenizer(config.init_from),
                                 tokenizer_lib.load(config.data.tokenizer),
                                 f"data.tokenizer={config.data.tokenizer}")
-    with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
+    with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0,
+                           defaults=config_lib.base_config()):
         phases_lib.check_appended(workdir, config)
         with store.disk_full_named(workdir):
             result = _train(config, workdir, devices)
@@ -385,6 +407,8 @@ def _train(config, workdir: str, devices=None) -> dict:
     source_data, _ = _start_full(run, workdir)
     mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
                                                cfg.train.keep_checkpoints, init)
+    if jax.process_index() == 0 and not os.path.exists(os.path.join(workdir, "tokenizer")):
+        run.tokenizer.save(os.path.join(workdir, "tokenizer"))  # the workdir is self-contained
     state = start.state
     data_state = start.data_state if start.step is not None else source_data
     step0 = int(state.step)

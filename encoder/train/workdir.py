@@ -150,7 +150,7 @@ def flatten(d: dict, prefix: str = "") -> dict:
 
 
 @contextlib.contextmanager
-def claim(workdir: str, config, mutable, primary: bool = True):
+def claim(workdir: str, config, mutable, primary: bool = True, defaults=None):
     """Locks the workdir (process 0 only), then checks the restart's identity; releases at exit.
 
     The workdir must be new, empty or a run's (its marker, or what a job or a study writes
@@ -162,7 +162,7 @@ def claim(workdir: str, config, mutable, primary: bool = True):
         lock.acquire()
     ended = False
     try:
-        check_identity(workdir, config, mutable)
+        check_identity(workdir, config, mutable, defaults)
         if primary and errors.read_marker(workdir) is None:
             errors.mark_output(workdir, "run")
         yield
@@ -188,8 +188,10 @@ def _is_mutable(key: str, mutable) -> bool:
     return any(key == m or key.startswith(m + ".") for m in mutable)
 
 
-def check_identity(workdir: str, config, mutable) -> list[str]:
-    """Refuses a restart that would change the run; returns the allowed changes (logged)."""
+def check_identity(workdir: str, config, mutable, defaults=None) -> list[str]:
+    """Refuses a restart that would change the run; returns the allowed changes (logged).
+    defaults: the config's defaults; a field the recorded run lacks (added to the code
+    since) that keeps its default is no change."""
     path = os.path.join(workdir, RUN)
     if not (os.path.exists(path) and store.has_checkpoint(workdir)):
         return []
@@ -197,8 +199,11 @@ def check_identity(workdir: str, config, mutable) -> list[str]:
         saved = json.load(f)
     new = json.loads(json.dumps(flatten(config.to_dict()), default=str))  # as run.json has it
     old = saved.get("config", {})
+    base = (json.loads(json.dumps(flatten(defaults.to_dict()), default=str))
+            if defaults is not None else {})
     changed = sorted(k for k in set(old) | set(new)
-                     if old.get(k, "<absent>") != new.get(k, "<absent>"))
+                     if old.get(k, "<absent>") != new.get(k, "<absent>")
+                     and not (k not in old and k in base and new.get(k) == base[k]))
     refused = [k for k in changed if not _is_mutable(k, mutable)]
     if refused:
         lines = [f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
