@@ -22,6 +22,7 @@ them (bm25.py), ColBERT models through colbert.py's index.
 import csv
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -31,31 +32,65 @@ K_RECALL = (10, 100)
 
 
 class BeirDataError(ValueError):
-    """A bad line of a BEIR file (named file:line)."""
+    """A bad line of a BEIR file (named file:line), or ids that do not line up across the
+    files (with counts and the first offender's file:line)."""
 
 
-def _read_jsonl(path: str, needs: tuple) -> tuple[list[dict], int]:
-    """Rows with the fields `needs`; malformed lines are skipped and counted."""
-    rows, skipped = [], 0
+def _id(value):
+    """A BEIR id as the qrels name it (text): JSON ints are read as their digits (an int
+    _id never matched the qrels' "5" and scored as a miss); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+def read_jsonl_rows(path: str, needs: tuple, strict: bool = False) -> tuple[list, list, int]:
+    """(rows, their line numbers, lines skipped) of a BEIR JSONL file: rows with an `_id`
+    (text, or an integer read as text) and the string fields `needs`. strict: a malformed
+    line raises BeirDataError naming file:line; else it is skipped and counted."""
+    rows, lines, skipped = [], [], 0
     with open(path, encoding="utf-8") as f:
-        for line in f:
+        for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
+            except json.JSONDecodeError as e:
+                if strict:
+                    raise BeirDataError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
                 skipped += 1
                 continue
-            if not isinstance(row, dict) or any(not isinstance(row.get(k), str) for k in needs):
+            ok = isinstance(row, dict) and _id(row.get("_id")) is not None and all(
+                isinstance(row.get(k), str) for k in needs if k != "_id")
+            if not ok:
+                if strict:
+                    raise BeirDataError(f"{path}:{line_no}: needs _id (text or an integer) and "
+                                        f"{' and '.join(k for k in needs if k != '_id')} "
+                                        "(text)")
                 skipped += 1
                 continue
+            row["_id"] = _id(row["_id"])
             rows.append(row)
+            lines.append(line_no)
+    return rows, lines, skipped
+
+
+def _read_jsonl(path: str, needs: tuple) -> tuple[list[dict], int]:
+    """Rows with the fields `needs`; malformed lines are skipped and counted."""
+    rows, _, skipped = read_jsonl_rows(path, needs)
     return rows, skipped
 
 
-def read_qrels(path: str) -> dict:
-    """query id -> {doc id: grade} from a BEIR qrels TSV (header optional)."""
+def read_qrels(path: str, lines: dict | None = None) -> dict:
+    """query id -> {doc id: grade} from a BEIR qrels TSV (header optional). Grades are
+    integers (BEIR's 0, 1, 2; "1.0" reads as 1): a grade written as text or a fraction
+    is refused with how many lines have one and the first's file:line, as is one pair
+    judged twice with two grades. lines, when given, gets (query, doc) -> line number."""
     qrels: dict = {}
+    where: dict = {}
+    bad, twice = [], []
     with open(path, encoding="utf-8", newline="") as f:
         for line_no, row in enumerate(csv.reader(f, delimiter="\t"), 1):
             if not row or (line_no == 1 and row[0] == "query-id"):
@@ -64,24 +99,116 @@ def read_qrels(path: str) -> dict:
                 raise BeirDataError(f"{path}:{line_no}: expected query-id, corpus-id, score; "
                                     f"found {len(row)} columns")
             try:
-                grade = int(float(row[2]))
+                value = float(row[2])
+                ok = value.is_integer()
             except ValueError:
-                raise BeirDataError(f"{path}:{line_no}: score {row[2]!r} is not a number") from None
-            qrels.setdefault(row[0], {})[row[1]] = grade
+                ok = False
+            if not ok:
+                bad.append((line_no, row[2]))
+                continue
+            q, d, grade = row[0], row[1], int(value)
+            if d in qrels.get(q, {}) and qrels[q][d] != grade:
+                twice.append((line_no, q, d, qrels[q][d], grade))
+            qrels.setdefault(q, {})[d] = grade
+            where.setdefault((q, d), line_no)
+    if bad:
+        line_no, value = bad[0]
+        raise BeirDataError(f"{path}:{line_no}: score {value!r} is not an integer grade "
+                            f"({len(bad)} line{'s' if len(bad) > 1 else ''} like it); the "
+                            "qrels' third column is the relevance grade: 0, 1, 2, ...")
+    if twice:
+        line_no, q, d, a, b = twice[0]
+        raise BeirDataError(f"{path}:{line_no}: query {q!r} judges document {d!r} again, "
+                            f"grade {b} after {a} ({len(twice)} pair(s) judged twice with "
+                            "different grades): keep one judgement per pair")
+    if lines is not None:
+        lines.update(where)
     return qrels
 
 
+# A minority of judgements naming ids the corpus (or the queries) lack is scored as misses
+# and reported in a warning the result table repeats; from this share on it is refused.
+UNKNOWN_REFUSED = 0.5
+
+
+def _duplicates(path: str, rows: list, lines: list, what: str) -> None:
+    first: dict = {}
+    dups = []
+    for row, line_no in zip(rows, lines):
+        if row["_id"] in first:
+            dups.append((line_no, row["_id"], first[row["_id"]]))
+        else:
+            first[row["_id"]] = line_no
+    if dups:
+        line_no, i, was = dups[0]
+        raise BeirDataError(f"{path}:{line_no}: {what} id {i!r} again (first at line {was}); "
+                            f"{len(dups)} repeated {what} id{'s' if len(dups) > 1 else ''}: each "
+                            "_id once (which of two texts would be scored is undefined)")
+
+
+def check_ids(files: dict, corpus: list, corpus_lines: list, queries: list,
+              query_lines: list, qrels: dict, qrels_lines: dict) -> list[str]:
+    """Refuses ids that do not line up across a BEIR task's files; returns warnings.
+
+    Refused (BeirDataError with counts and the first offender's file:line): a document or
+    query id given twice; relevance judgements of which UNKNOWN_REFUSED or more name
+    documents absent from the corpus (or queries absent from the queries file), since
+    those score as misses, e.g. nDCG@10 0.00 when every one is unknown; qrels with no
+    relevant judgement at all. A smaller share of unknown ids is a warning (returned)."""
+    _duplicates(files["corpus"], corpus, corpus_lines, "document")
+    _duplicates(files["queries"], queries, query_lines, "query")
+    relevant = [(q, d) for q, rel in qrels.items() for d, g in rel.items() if g >= 1]
+    if not relevant:
+        raise BeirDataError(f"{files['qrels']}: no judgement has a grade of 1 or more: no "
+                            "query has a relevant document to find")
+    doc_ids, query_ids = {d["_id"] for d in corpus}, {q["_id"] for q in queries}
+    warnings = []
+    for what, unknown, source in (
+            ("documents", [p for p in relevant if p[1] not in doc_ids], files["corpus"]),
+            ("queries", [p for p in relevant if p[0] not in query_ids], files["queries"])):
+        if not unknown:
+            continue
+        first = min(unknown, key=lambda p: qrels_lines.get(p, 0))
+        name = first[1] if what == "documents" else first[0]
+        text = (f"{files['qrels']}:{qrels_lines.get(first, '?')}: {len(unknown)} of "
+                f"{len(relevant)} relevant judgements name {what} absent from {source} "
+                f"(first: {name!r}); they count as misses")
+        if len(unknown) >= UNKNOWN_REFUSED * len(relevant):
+            raise BeirDataError(text + ": the scores would measure the missing ids, not the "
+                                "model; check that the qrels belong to this corpus and "
+                                "queries (ids are compared as text)")
+        warnings.append(text)
+    return warnings
+
+
+def read_files(files: dict, strict: bool = True):
+    """(corpus, queries, qrels, skipped, warnings) of a BEIR task's files {corpus, queries,
+    qrels}, every id checked (check_ids); queries kept only when judged."""
+    corpus, corpus_lines, s1 = read_jsonl_rows(files["corpus"], ("_id", "text"), strict)
+    queries, query_lines, s2 = read_jsonl_rows(files["queries"], ("_id", "text"), strict)
+    qrels_lines: dict = {}
+    qrels = read_qrels(files["qrels"], qrels_lines)
+    warnings = check_ids(files, corpus, corpus_lines, queries, query_lines, qrels,
+                         qrels_lines)
+    queries = [q for q in queries if q["_id"] in qrels]
+    return corpus, queries, qrels, {"corpus": s1, "queries": s2}, warnings
+
+
 def read_beir(folder: str, split: str = "test"):
-    """(corpus, queries, qrels, skipped) of a BEIR folder; queries kept only when judged."""
+    """(corpus, queries, qrels, skipped) of a BEIR folder; queries kept only when judged.
+    Malformed lines are skipped and counted; ids are checked (check_ids): skipped['warnings']
+    holds what did not line up but was not refused, also printed."""
     for name in ("corpus.jsonl", "queries.jsonl", os.path.join("qrels", f"{split}.tsv")):
         if not os.path.exists(os.path.join(folder, name)):
             raise FileNotFoundError(f"{folder}: no {name} (BEIR's layout: corpus.jsonl, "
                                     "queries.jsonl, qrels/{dev,test}.tsv)")
-    corpus, s1 = _read_jsonl(os.path.join(folder, "corpus.jsonl"), ("_id", "text"))
-    queries, s2 = _read_jsonl(os.path.join(folder, "queries.jsonl"), ("_id", "text"))
-    qrels = read_qrels(os.path.join(folder, "qrels", f"{split}.tsv"))
-    queries = [q for q in queries if q["_id"] in qrels]
-    return corpus, queries, qrels, {"corpus": s1, "queries": s2}
+    files = {"corpus": os.path.join(folder, "corpus.jsonl"),
+             "queries": os.path.join(folder, "queries.jsonl"),
+             "qrels": os.path.join(folder, "qrels", f"{split}.tsv")}
+    corpus, queries, qrels, skipped, warnings = read_files(files, strict=False)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+    return corpus, queries, qrels, {**skipped, "warnings": warnings}
 
 
 def document_text(doc: dict) -> str:

@@ -45,8 +45,13 @@ import sys
 import numpy as np
 
 from encoder import config as config_lib, errors, tether
-from encoder.studies import jobconfig, report, runner
+from encoder.eval import identity
+from encoder.studies import jobconfig, records, report, runner
 from encoder.train import flops
+
+HASHES = ".hashes.json"  # DIR/: each hashed data file's sha256 by size and date
+# The config fields naming what a pretraining run reads (its tokenizer and corpora).
+DATA_FIELDS = ("train_files", "valid_files", "tokenizer")
 
 
 
@@ -222,9 +227,29 @@ def run_dir(run: dict, root: str) -> str:
     return os.path.join(root, "runs", run["dir"])
 
 
+def pretraining_inputs(config, cache=None) -> dict:
+    """What a pretraining run reads beyond its config: its corpora's and tokenizer's
+    content, and the checkpoint it starts from (init_from: a WSD decay's stable run at its
+    step) by identity (encoder/eval/identity.py). A done run whose inputs changed since
+    is rerun (records.inputs_changed)."""
+    data = {k: identity.corpus_identity(config.data[k], cache) for k in DATA_FIELDS
+            if config.data.get(k)}
+    out = {"data": data}
+    if config.get("init_from"):
+        step = config.get("init_step", -1)
+        out["source"] = identity.source_identity(config.init_from, cache,
+                                                 step if step is not None and step >= 0
+                                                 else None)
+    return out
+
+
 def pretraining_runs(planned: list[dict], root: str) -> list:
     """The study's pretraining runs for the runner: <root>/runs/<variant>__seed<k>/."""
-    return [runner.make_run(r["dir"], run_dir(r, root), r["config"]) for r in planned]
+    cache = identity.HashCache(os.path.join(root, HASHES))
+    runs = [runner.make_run(r["dir"], run_dir(r, root), r["config"],
+                            pretraining_inputs(r["config"], cache)) for r in planned]
+    cache.save()
+    return runs
 
 
 def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
@@ -238,7 +263,10 @@ def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
             "init_from": d, "data.train_file": os.path.join(data, "train.jsonl"),
             "data.dev_file": os.path.join(data, "dev.jsonl"), "seed": r["seed"],
             **jobconfig.parse_sets(sets)})
-        out.append(runner.make_run(f"{r['dir']}/finetune", os.path.join(d, "finetune"), config))
+        inputs = {"source": identity.source_identity(d), "data": identity.files_identity(
+            {"train": config.data.train_file, "dev": config.data.dev_file})}
+        out.append(runner.make_run(f"{r['dir']}/finetune", os.path.join(d, "finetune"), config,
+                                   inputs))
     return out
 
 
@@ -298,6 +326,16 @@ def read_run(run: dict, root: str) -> dict:
                     out[f"tokens/{name}"] = mine[-1] - ph["start"]
     if evals:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
+    # what the row scored: the run's final checkpoint (step, content hash) and its data
+    try:
+        scored = identity.source_identity(d)
+        out["checkpoint"] = identity.short(scored)
+        out["checkpoint_step"] = scored["step"]
+    except FileNotFoundError:
+        out["checkpoint"], out["checkpoint_step"] = "none", None
+    recorded = records.read_inputs(d) or {}
+    out["data"] = " ".join(f"{k.split('.')[-1]}:{v['sha256']}"
+                           for k, v in (recorded.get("data") or {}).items())
     ft = os.path.join(d, "finetune", "eval.json")
     if os.path.exists(ft):
         with open(ft) as f:
@@ -359,7 +397,8 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     table, keys = aggregate(rows)
     metric = primary_metric(rows)
     separation(table, metric)
-    report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed"] + keys, rows)
+    report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed"] + keys + [
+        "checkpoint", "data"], rows)
     report.write_dict_csv(os.path.join(root, "results.csv"), ["variant", "seeds"] + [
         c for k in keys for c in (k, f"{k}_std")] + ["gap_to_best", "gap_z"], table)
     extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
@@ -368,7 +407,13 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
         "tokens_per_s", "flops", "parameters"] + [k for k in keys if k == "tokens"
                                                   or k.startswith("tokens/")]
     lines = [f"Primary metric: `{metric}`; `gap (z)` is the gap to the best variant in "
-             "standard errors of the difference (z < 2: within the seed spread).", ""]
+             "standard errors of the difference (z < 2: within the seed spread). Each run's "
+             "scored checkpoint (step, sha256) and data hashes: runs.csv.", ""]
+    short = [f"{r['variant']} seed {r['seed']}: step {r.get('checkpoint_step')} of "
+             f"{r['steps']} planned" for r in rows if r.get("checkpoint_step") != r["steps"]]
+    if short:  # a run stopped early (a time budget) or a checkpoint that is not its last
+        lines = [f"**WARNING: not every row scored its planned final step:** "
+                 f"{'; '.join(short)}", ""] + lines
     lines += report.markdown_table(
         ["variant", "seeds", *show, "gap (z)"],
         [[e["variant"], e["seeds"], *[cell(e, k) for k in show],

@@ -1,6 +1,12 @@
 """A run's status, read from its own workdir (any machine that sees the folder can read it).
 
     WORKDIR/job_config.py  the run's whole config, written by the study (jobconfig.py)
+    WORKDIR/inputs.json    what the run reads that its config names only by path: the
+                           identity of the model it starts from (step, content hash) and
+                           of its data files (encoder/eval/identity.py), written with
+                           job_config.py; a done or checkpointed run whose inputs changed
+                           since is stale (issue 36: a suite reused step-20 scores for a
+                           model trained on to step 60 at the same path)
     WORKDIR/run.json       written by the job: its identity, and `finished` once it ends
                            (encoder/train/workdir.py record_finished)
     WORKDIR/LOCK           held while the job runs (host, pid)
@@ -9,8 +15,8 @@
     WORKDIR/run.log        the job's output
     WORKDIR/checkpoints/   what a restart resumes from
 
-States: new (never started), stale (its config is not this study's: moved aside
-before the run starts), running, stopped (by a signal or a scheduler: resumable),
+States: new (never started), stale (its config, or the model or data it read, is not
+this study's: moved aside before the run starts), running, stopped (by a signal or a scheduler: resumable),
 failed (its exit status and log), done.
 """
 import dataclasses
@@ -20,9 +26,11 @@ import socket
 import time
 
 from encoder import errors
+from encoder.eval import identity
 from encoder.studies import jobconfig
 
 RUN = "run.json"
+INPUTS = "inputs.json"
 LOCK = "LOCK"
 EXIT = "exit.json"
 LOG = "run.log"
@@ -33,6 +41,7 @@ STOPPED = errors.STOPPED_EXIT_CODE  # a job stopped by a signal, checkpointed, r
 class Status:
     state: str          # new | stale | running | stopped | failed | done
     detail: str = ""
+    cause: str = "config"  # stale: config (its job_config differs) | inputs (model or data)
 
 
 def _json(path: str):
@@ -99,13 +108,45 @@ def stale_reason(workdir: str, config: dict) -> list[str]:
     return jobconfig.changed_fields(old, config)
 
 
-def status(workdir: str, config: dict) -> Status:
-    """The run's state from its records; `config` is what the study plans for it now."""
+def read_inputs(workdir: str) -> dict | None:
+    return _json(os.path.join(workdir, INPUTS))
+
+
+def write_inputs(workdir: str, inputs: dict) -> None:
+    os.makedirs(workdir, exist_ok=True)
+    tmp = os.path.join(workdir, INPUTS + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(inputs, f, indent=1, default=str)
+    os.replace(tmp, os.path.join(workdir, INPUTS))
+
+
+NO_INPUTS = ("it holds no record of the model and data it ran on (a run from before runs "
+             "recorded them): its scores cannot be told to be this model's")
+
+
+def inputs_changed(workdir: str, inputs: dict) -> list[str]:
+    """How the model or data a run read differ from `inputs` (what the study plans now);
+    [] when they do, or when the run has nothing yet (no checkpoint, not finished)."""
+    if not (finished(workdir) or has_checkpoint(workdir)):
+        return []
+    recorded = read_inputs(workdir)
+    if recorded is None:
+        return [NO_INPUTS]
+    return identity.changes(recorded, inputs)
+
+
+def status(workdir: str, config: dict, inputs: dict | None = None) -> Status:
+    """The run's state from its records; `config` (and `inputs`: the identity of the model
+    and data it reads, where the study knows them) is what the study plans for it now."""
     changed = stale_reason(workdir, config)
     if changed:
         return Status("stale", "; ".join(changed[:5]))
     if not os.path.isdir(workdir):
         return Status("new")
+    if inputs is not None and lock_holder(workdir) is None:  # never a running job's folder
+        changed = inputs_changed(workdir, inputs)
+        if changed:
+            return Status("stale", "; ".join(changed[:3]), cause="inputs")
     if finished(workdir):
         return Status("done")
     exit_record = read_exit(workdir)

@@ -4,8 +4,10 @@ A run is data: a workdir and the job's whole resolved configuration (see
 jobconfig.py). `execute(runs, launcher)`:
 
   1. reads each run's status from its workdir (records.py): done runs are
-     skipped; a folder holding another configuration is moved aside to
-     <dir>.stale-<time> (nothing is deleted) and the run starts afresh;
+     skipped; a folder holding another configuration, or a run of another model or
+     data than the study reads now (its inputs.json: checkpoint step and content hash,
+     data file hashes), is moved aside to <dir>.stale-<time> (nothing is deleted) and
+     the run starts afresh;
      stopped or interrupted runs start again and their job resumes from the
      newest checkpoint;
   2. writes each run's job_config.py and hands the runs to a launcher
@@ -35,6 +37,9 @@ class Run:
     workdir: str
     config: dict              # the job's whole configuration, plain data
     tags: dict = dataclasses.field(default_factory=dict)  # the study's own bookkeeping
+    # the identity of the model and data the run reads (encoder/eval/identity.py): kept in
+    # WORKDIR/inputs.json; a change makes a done run stale. None: not tracked.
+    inputs: dict | None = None
 
     @property
     def log(self) -> str:
@@ -45,7 +50,7 @@ class Run:
         return os.path.join(self.workdir, jobconfig.JOB_CONFIG)
 
     def status(self) -> records.Status:
-        return records.status(self.workdir, self.config)
+        return records.status(self.workdir, self.config, self.inputs)
 
 
 @dataclasses.dataclass
@@ -57,9 +62,9 @@ class Failure:
         return f"{self.run.name}: {self.reason}; log: {self.run.log}"
 
 
-def make_run(name: str, workdir: str, config, **tags) -> Run:
+def make_run(name: str, workdir: str, config, inputs: dict | None = None, **tags) -> Run:
     """A run from a ConfigDict (or plain dict): its config is kept as data."""
-    return Run(name, os.path.abspath(workdir), jobconfig.as_data(config), dict(tags))
+    return Run(name, os.path.abspath(workdir), jobconfig.as_data(config), dict(tags), inputs)
 
 
 def job_args(run: Run) -> list[str]:
@@ -71,11 +76,12 @@ def job_command(run: Run, python: str = sys.executable) -> list[str]:
     return [python, "-m", "encoder.main", *job_args(run)]
 
 
-def move_aside(run: Run, reason: str, log=print) -> str:
+def move_aside(run: Run, reason: str, log=print, cause: str = "config") -> str:
     aside = f"{run.workdir}.stale-{time.strftime('%Y%m%d-%H%M%S')}"
     os.replace(run.workdir, aside)
-    log(f"rerunning {run.name}: its configuration changed ({reason}); the old run is kept "
-        f"in {aside}")
+    what = ("its configuration changed" if cause == "config" else
+            "the model or data it ran on is not what this study reads now")
+    log(f"rerunning {run.name}: {what} ({reason}); the old run is kept in {aside}")
     return aside
 
 
@@ -86,8 +92,10 @@ def prepare(run: Run, log=print) -> bool:
         log(f"skip {run.name} (finished)")
         return False
     if st.state == "stale":
-        move_aside(run, st.detail, log)
+        move_aside(run, st.detail, log, st.cause)
     jobconfig.write(run.workdir, run.config)
+    if run.inputs is not None:
+        records.write_inputs(run.workdir, run.inputs)
     records.clear_exit(run.workdir)
     return True
 

@@ -22,6 +22,7 @@ import os
 import sys
 import time
 
+from encoder.eval import identity
 from encoder.studies import launchers, runner
 from encoder.studies.suite import baseline as baseline_lib
 from encoder.studies.suite import data, frozen, options, plan as plan_lib, presets, report
@@ -29,6 +30,10 @@ from encoder.studies.suite import data, frozen, options, plan as plan_lib, prese
 from encoder.studies.suite.data import embedded_tasks  # noqa: F401
 from encoder.studies.suite.options import (SuiteOptions, intermediate_plan,  # noqa: F401
                                            refuse_to_replace_finetuned_report)
+
+
+HASHES = ".hashes.json"  # OUT/: each hashed file's sha256 by size and date (a rerun re-reads
+# only what changed: identity.HashCache)
 
 
 def launcher_options(opts: SuiteOptions) -> dict:
@@ -54,6 +59,7 @@ def run_suite(opts: SuiteOptions) -> dict:
     if opts.probe_only:
         options.refuse_to_replace_finetuned_report(root)
     tasks_dir, tasks = data.find_tasks(opts, root)
+    retrieval_notes = data.check_retrieval_tasks(tasks)
     src = sources.load(opts.init_from)
     preset = options.resolve_preset(opts, src.model_cfg.hidden_size)
     models.validate_pooling(preset["pooling"])  # a typo fails here, not in every child
@@ -65,14 +71,21 @@ def run_suite(opts: SuiteOptions) -> dict:
     rule = preset["average"]
     seeds = list(range(preset["seeds"]))
     prepared = data.prepare_tasks(tasks, root, preset, opts)
+    # What the scores will be of: the source's identity (checkpoint step, content hash),
+    # recorded with every run, cached score and table; a run of another model or data at
+    # the same paths is rerun, not reused (issue 36).
+    cache = identity.HashCache(os.path.join(root, HASHES))
+    source = identity.source_identity(opts.init_from, cache)
+    task_files = data.files_identity(tasks, cache)
     starts = options.intermediate_plan(opts, preset, [t.name for t in tasks])
-    all_runs = [] if opts.probe_only else plan_lib.plan(tasks, prepared, preset, opts, root, starts)
+    all_runs = [] if opts.probe_only else plan_lib.plan(tasks, prepared, preset, opts, root,
+                                                        starts, source, cache)
     print(f"{len(tasks)} tasks, {len(all_runs)} fine-tuning runs "
           f"({len(preset['learning_rates'])} learning rates x {len(seeds)} seeds); "
           f"preset {opts.preset}", flush=True)
 
-    rows = frozen.embedding_rows(tasks, src, preset, opts, root)
-    probes = frozen.probe_table(tasks, prepared, src, preset, opts, root) \
+    rows = frozen.embedding_rows(tasks, src, preset, opts, root, source, task_files)
+    probes = frozen.probe_table(tasks, prepared, src, preset, opts, root, source) \
         if opts.probe or opts.probe_only else None
     del src  # the children load their own copy
 
@@ -93,7 +106,7 @@ def run_suite(opts: SuiteOptions) -> dict:
             failures.append(runner.Failure(run, f"its start, {after} seed {run.tags['seed']} "
                                                 "at the chosen learning rate, did not finish"))
         else:
-            second.append(plan_lib.with_init_from(run, start))
+            second.append(plan_lib.with_init_from(run, start, cache))
     _, more = runner.execute(second, launcher)
     failures += more
     final_runs = first + second
@@ -105,6 +118,7 @@ def run_suite(opts: SuiteOptions) -> dict:
 
     header = {"source": opts.init_from + (" (random initialisation: same architecture and "
                                           "tokenizer)" if opts.random_init else ""),
+              "checkpoint": identity.describe(source),
               "tasks": tasks_dir, "preset": opts.preset,
               "seeds": preset["seeds"],
               "learning rates": ", ".join(f"{lr:g}" for lr in preset["learning_rates"]),
@@ -117,14 +131,27 @@ def run_suite(opts: SuiteOptions) -> dict:
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
     if opts.probe_only:  # no fine-tuned task is "missing": none was asked for
         header["fine-tuning"] = "none (--probe_only)"
+    now = identity.source_identity(opts.init_from, cache)
+    if not identity.same_source(now, source):  # trained on (or replaced) while we ran
+        changed = "; ".join(identity.changes({"source": source}, {"source": now}))
+        header["checkpoint"] += (f"; CHANGED while the suite ran ({changed}): runs started "
+                                 "after the change may have loaded the new model")
+        failures.append(f"the source changed while the suite ran ({changed}): its rows may "
+                        "mix two models; run the same command again (the runs of the old "
+                        "model are moved aside and rerun)")
+    cache.save()
     reported = [t for t in tasks if t.kind != "finetune"] if opts.probe_only else tasks
-    return write_report(root, reported, rows, rule, header, failures, data.data_notes(prepared),
-                        probes, "run(s)")
+    return write_report(root, reported, rows, rule, header, failures,
+                        retrieval_notes + data.data_notes(prepared), probes, "run(s)",
+                        {"source": source, "data": task_files})
 
 
-def write_report(root, tasks, rows, rule, header, failures, notes, probes, what) -> dict:
-    """suite.csv/md/json/png (report.write_all); failures also to stderr; result['failed']."""
-    result = report.write_all(root, tasks, rows, rule, header, failures, notes, probes)
+def write_report(root, tasks, rows, rule, header, failures, notes, probes, what,
+                 scored=None) -> dict:
+    """suite.csv/md/json/png (report.write_all); failures also to stderr; result['failed'].
+    scored: {source, data}: the identity of what every score scored (suite.json)."""
+    result = report.write_all(root, tasks, rows, rule, header, failures, notes, probes,
+                              scored)
     if failures:
         print(f"{len(failures)} {what} failed:\n" + "\n".join(f"  {f}" for f in failures),
               file=sys.stderr, flush=True)
@@ -147,10 +174,12 @@ def run_baseline(opts: SuiteOptions) -> dict:
                              "suite.csv, suite.md and suite.json too: choose another --workdir")
     os.makedirs(root, exist_ok=True)
     tasks_dir, tasks = data.find_tasks(opts, root)
+    retrieval_notes = data.check_retrieval_tasks(tasks)
     # The width picks only learning rates and layer decay, which no baseline uses.
     preset = options.resolve_preset(opts, hidden_size=0)
     rule = preset["average"]
     prepared = data.prepare_tasks(tasks, root, preset, opts)
+    task_files = data.files_identity(tasks)
     scored, rows, notes, failures = baseline_lib.score_tasks(
         opts.baseline, tasks, prepared, list(range(preset["seeds"])), preset["max_eval"],
         root, rule)
@@ -166,7 +195,8 @@ def run_baseline(opts: SuiteOptions) -> dict:
               **data.subset_header(opts, preset),
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
     return write_report(root, scored, rows, rule, header, failures,
-                        notes + data.data_notes(prepared), None, "task(s)")
+                        retrieval_notes + notes + data.data_notes(prepared), None, "task(s)",
+                        {"source": None, "data": task_files})
 
 
 def suite_average(suite_dir: str) -> dict:

@@ -61,6 +61,26 @@ def prepare_tasks(tasks: list, root: str, preset: dict, opts: SuiteOptions) -> d
         raise
 
 
+def check_retrieval_tasks(tasks: list) -> list[str]:
+    """Every retrieval task's BEIR files checked before anything is scored (ids across the
+    files, grades: encoder/retrieval/beir.py check_ids); a refusal raises, naming file:line.
+    Returns the warnings (printed now, repeated in the report's data notes)."""
+    notes = []
+    for t in tasks:
+        if t.kind == "retrieval":
+            notes += embedding.check_retrieval(t)
+    for n in notes:
+        print(f"warning: {n}", file=sys.stderr, flush=True)
+    return notes
+
+
+def files_identity(tasks: list, cache=None) -> dict:
+    """task -> {split: {path, sha256}} of every task's own files (what its scores scored;
+    a fine-tuned task's runs also record the prepared files they read)."""
+    from encoder.eval import identity
+    return {t.name: identity.files_identity(t.files, cache) for t in tasks}
+
+
 def data_notes(prepared: dict) -> list:
     notes = []
     for name, p in prepared.items():

@@ -16,7 +16,6 @@ pooling and L2 normalisation), so a contrastively fine-tuned workdir or an
 imported sentence encoder is scored the way MTEB scores it. `encode` may also
 return scipy sparse rows (the bag-of-words baseline's TF-IDF vectors).
 """
-import csv
 import json
 import os
 
@@ -57,43 +56,14 @@ def sts_scores(encode, examples: list[dict]) -> dict:
     return {"cosine_spearman": metrics.cosine_spearman(a, b, [ex["label"] for ex in examples])}
 
 
-def _read_rows(path: str) -> list[dict]:
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise tasks_lib.TaskDataError(f"{path}:{line_no}: not valid JSON "
-                                                  f"({e.msg})") from None
-                if "_id" not in row or "text" not in row:
-                    raise tasks_lib.TaskDataError(f"{path}:{line_no}: needs _id and text")
-                rows.append(row)
-    return rows
-
-
-def read_qrels(path: str) -> dict:
-    """query id -> {doc id: grade}, from BEIR's TSV (header query-id, corpus-id, score)."""
-    qrels: dict = {}
-    with open(path, encoding="utf-8", newline="") as f:
-        for line_no, row in enumerate(csv.reader(f, delimiter="\t"), 1):
-            if line_no == 1 and row and row[0] == "query-id":
-                continue
-            if len(row) < 3:
-                raise tasks_lib.TaskDataError(f"{path}:{line_no}: expected query-id, corpus-id, "
-                                              "score")
-            qrels.setdefault(row[0], {})[row[1]] = int(float(row[2]))
-    return qrels
-
-
 def read_retrieval(files: dict, max_eval: int = 0, seed: int = 0):
-    """(corpus, queries, qrels). max_eval keeps that many judged queries and shrinks the
-    corpus to their relevant documents plus 8x as many others (smoke runs only: the
-    full benchmark keeps every document)."""
-    corpus, queries = _read_rows(files["corpus"]), _read_rows(files["queries"])
-    qrels = read_qrels(files["qrels"])
-    queries = [q for q in queries if q["_id"] in qrels]
+    """(corpus, queries, qrels), read and checked by encoder/retrieval/beir.py (a malformed
+    line, a repeated id, a grade that is not an integer, or qrels that mostly name ids the
+    corpus or queries lack are refused naming file:line). max_eval keeps that many judged
+    queries and shrinks the corpus to their relevant documents plus 8x as many others
+    (smoke runs only: the full benchmark keeps every document)."""
+    from encoder.retrieval import beir
+    corpus, queries, qrels, _, _ = beir.read_files(files, strict=True)
     if max_eval and len(queries) > max_eval:
         queries = catalog.subsample(queries, max_eval, seed)
         qrels = {q["_id"]: qrels[q["_id"]] for q in queries}
@@ -102,6 +72,13 @@ def read_retrieval(files: dict, max_eval: int = 0, seed: int = 0):
         corpus = [d for d in corpus if d["_id"] in relevant] + catalog.subsample(
             others, 8 * max_eval, seed)
     return corpus, queries, qrels
+
+
+def check_retrieval(task) -> list[str]:
+    """A retrieval task's files checked before anything is scored (refusals raise); the
+    warnings, each naming the task, for the report's notes."""
+    from encoder.retrieval import beir
+    return [f"{task.name}: {w}" for w in beir.read_files(task.files, strict=True)[4]]
 
 
 def rank(query_vecs: np.ndarray, doc_vecs: np.ndarray, doc_ids: list, k: int) -> list[list]:

@@ -1,9 +1,12 @@
 """Scores on frozen features, computed in the suite's own process: the embedding tasks
 (MTEB's conventions, embedding.py) and the per-layer linear probes (encoder/jobs/probe.py).
-Each result is cached under OUT/embeddings/ and OUT/probes/, keyed by what produced it."""
+Each result is cached under OUT/embeddings/ and OUT/probes/, keyed by what produced it:
+the source's identity (checkpoint step and content hash, not its path alone: a model
+trained on at the same path is scored again) and the task files' hashes."""
 import json
 import os
 
+from encoder.eval import identity
 from encoder.studies.suite import catalog, embedding, presets, report
 from encoder.studies.suite.options import SuiteOptions
 
@@ -13,8 +16,14 @@ from encoder.studies.suite.options import SuiteOptions
 SCORING = "retriever-v1"
 
 
-def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str) -> list:
-    """Rows of the embedding tasks: one per seed with --random_init, else one."""
+def _model_key(source: dict | None) -> dict | None:
+    return {k: source.get(k) for k in identity.COMPARED} if source else None
+
+
+def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str,
+                   source: dict | None = None, task_files: dict | None = None) -> list:
+    """Rows of the embedding tasks: one per seed with --random_init, else one. source and
+    task_files: the identities (encoder/eval/identity.py) the cache key and rows carry."""
     from encoder.jobs import probe
     rows = []
     seeds = range(preset["seeds"]) if opts.random_init else [0]
@@ -24,7 +33,8 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
             key = {"init_from": opts.init_from, "random_init": opts.random_init, "seed": seed,
                    "pooling": opts.embedding_pooling, "max_len": max_len,
                    "max_eval": preset["max_eval"], "files": task.files,
-                   "scoring": SCORING if task.kind == "retrieval" else None}
+                   "scoring": SCORING if task.kind == "retrieval" else None,
+                   "model": _model_key(source), "data": (task_files or {}).get(task.name)}
 
             def compute(task=task, seed=seed, max_len=max_len):
                 params = probe.random_params(src.model_cfg, seed) if opts.random_init \
@@ -39,9 +49,12 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
                 return embedding.evaluate(task, encode, preset["max_eval"], view)
             raw = embedding.cached(os.path.join(root, "embeddings", task.name, f"{seed}.json"),
                                    key, compute)
-            rows.append(report.row(task, None, seed,
-                                   {k: report.percent(k, v) for k, v in raw.items()},
-                                   preset["average"], os.path.join(root, "embeddings", task.name)))
+            rows.append({**report.row(task, None, seed,
+                                      {k: report.percent(k, v) for k, v in raw.items()},
+                                      preset["average"],
+                                      os.path.join(root, "embeddings", task.name)),
+                         "inputs": {"source": source,
+                                    "data": (task_files or {}).get(task.name)}, "via": ""})
     return rows
 
 
@@ -62,7 +75,8 @@ def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptio
         max_len = presets.seq_len_for(preset, task.type, task.max_seq_len)
         key = {"init_from": opts.init_from, "random_init": opts.random_init,
                "train": p.train[0], "dev": p.dev, "max_train": opts.probe_max_train,
-               "max_len": max_len}
+               "max_len": max_len, "model": _model_key(source),
+               "data": identity.files_identity({"train": p.train[0], "dev": p.dev})}
         if TASKS[task.type].probe == "token":
             key["max_tokens"] = PROBE_MAX_TOKENS
 

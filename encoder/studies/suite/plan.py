@@ -3,15 +3,19 @@
 Every run is an ordinary fine-tuning workdir, OUT/runs/<task>/<lr>/<seed>/
 (itself a valid init_from), whose whole configuration is the fine-tuning
 experiment (experiments/finetune.py) with the preset's settings as overrides,
-kept as data in the run's job_config.py (encoder/studies/jobconfig.py). The
-runner skips a done run, resumes a stopped one and moves aside one whose
-configuration changed (another preset, epochs, data).
+kept as data in the run's job_config.py (encoder/studies/jobconfig.py), and the
+identity of what it reads beside it (inputs.json: the source checkpoint's step and
+content hash, its data files' hashes; encoder/eval/identity.py). The runner skips a
+done run, resumes a stopped one and moves aside one whose configuration changed
+(another preset, epochs, data) or whose model or data changed at the same path (the
+source trained on, a task file edited).
 """
 import dataclasses
 import functools
 import os
 
-from encoder.studies import jobconfig, runner
+from encoder.eval import identity
+from encoder.studies import jobconfig, records, runner
 from encoder.studies.suite import presets, report
 from encoder.studies.suite.options import SuiteOptions
 
@@ -57,13 +61,25 @@ def finetune_config(task_type: str, init_from: str, files: dict, settings: dict,
     return jobconfig.as_data(jobconfig.override(base, {**overrides, **(sets or {})}))
 
 
-def with_init_from(run: runner.Run, init_from: str) -> runner.Run:
+def with_init_from(run: runner.Run, init_from: str,
+                   cache: identity.HashCache | None = None) -> runner.Run:
     """The run started from another model (an intermediate task's workdir): that
-    model's weights are the start, so the random-init switch is dropped."""
+    model's weights are the start, so the random-init switch is dropped; its inputs name
+    that model (a rerun of the start makes this run stale too)."""
     config = jobconfig.as_data(run.config)  # a copy
     config["init_from"] = init_from
     config["finetune"]["random_init"] = False
-    return dataclasses.replace(run, config=config)
+    inputs = None if run.inputs is None else {
+        **run.inputs, "source": identity.source_identity(init_from, cache)}
+    return dataclasses.replace(run, config=config, inputs=inputs)
+
+
+def run_inputs(source: dict | None, files: dict, cache=None) -> dict | None:
+    """A fine-tuning run's inputs.json: its source's identity and its data files' hashes."""
+    if source is None:
+        return None
+    return {"source": source, "data": identity.files_identity(
+        {k: files.get(k) for k in ("train", "dev", "test")}, cache)}
 
 
 def done(run: runner.Run) -> bool:
@@ -91,8 +107,9 @@ def check_sets(tasks: list, preset: dict, opts: SuiteOptions) -> None:
 
 
 def plan(tasks: list, prepared: dict, preset: dict, opts: SuiteOptions, root: str,
-         starts: dict) -> list:
-    """Every fine-tuning run, task x learning rate x seed (runner.Run)."""
+         starts: dict, source: dict | None = None, cache=None) -> list:
+    """Every fine-tuning run, task x learning rate x seed (runner.Run); source: the
+    identity of opts.init_from (encoder/eval/identity.py), recorded with each run."""
     out = []
     for task in tasks:
         if task.kind != "finetune":
@@ -106,16 +123,20 @@ def plan(tasks: list, prepared: dict, preset: dict, opts: SuiteOptions, root: st
                                          jobconfig.parse_sets(opts.finetune_set))
                 out.append(runner.make_run(f"{task.name}/{lr_name(lr)}/{seed}",
                                            run_dir(root, task.name, lr, seed), config,
+                                           run_inputs(source, files, cache),
                                            task=task.name, lr=lr, seed=seed,
                                            after=starts.get(task.name, "")))
     return out
 
 
 def collect(task, task_runs: list, prepared, rule: str) -> list:
-    """Rows {task, lr, seed, metrics, score, dir} of a task's finished runs."""
+    """Rows {task, lr, seed, metrics, score, dir, inputs, via} of a task's finished runs;
+    inputs: what the run recorded it read (its inputs.json), via: the task it started
+    from ("" for the suite's own source)."""
     gold = {"dev": prepared.dev, "test": prepared.test}
-    return [report.row(task, run.tags["lr"], run.tags["seed"],
-                       report.run_metrics(task, run.workdir, gold), rule, run.workdir)
+    return [{**report.row(task, run.tags["lr"], run.tags["seed"],
+                          report.run_metrics(task, run.workdir, gold), rule, run.workdir),
+             "inputs": records.read_inputs(run.workdir), "via": run.tags.get("after", "")}
             for run in task_runs if done(run)]
 
 

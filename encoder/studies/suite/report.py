@@ -11,6 +11,12 @@ have a score; the table says which are missing.
 
 Writes OUT/suite.json (everything, read by encoder.ablate --suite), suite.csv
 (one row per task), runs.csv (one row per run), suite.md and suite.png.
+
+Every score names what it scored: suite.json's `identity` holds the source checkpoint's
+identity (step, content hash: encoder/eval/identity.py) and every task file's hash,
+suite.md's header the checkpoint and its Data notes the files, runs.csv each run's
+checkpoint and data. Rows that scored different checkpoints of the suite's own source
+(never expected: a run of another model is rerun) are named in a warning at the top.
 """
 import json
 import math
@@ -18,7 +24,7 @@ import os
 
 import numpy as np
 
-from encoder.eval import metrics as metrics_lib
+from encoder.eval import identity, metrics as metrics_lib
 from encoder.studies import report as tables
 from encoder.studies.suite import presets
 
@@ -131,11 +137,30 @@ def averages(summaries: list, rule: str) -> dict:
 
 # -------------------------------------------------------------------------- files
 
+def _data_cell(data: dict | None) -> str:
+    return " ".join(f"{k}:{v['sha256']}" for k, v in (data or {}).items())
+
+
 def write_runs_csv(path: str, rows: list) -> None:
     keys = sorted({k for r in rows for k in r["metrics"]})
-    tables.write_csv(path, ["task", "lr", "seed", "score", *keys, "dir"], [
+    tables.write_csv(path, ["task", "lr", "seed", "score", *keys, "checkpoint", "data",
+                            "dir"], [
         [r["task"], "" if r["lr"] is None else f"{r['lr']:g}", r["seed"], f"{r['score']:.4f}",
-         *[r["metrics"].get(k, "") for k in keys], r.get("dir", "")] for r in rows])
+         *[r["metrics"].get(k, "") for k in keys],
+         identity.short((r.get("inputs") or {}).get("source")) if "inputs" in r else "",
+         _data_cell((r.get("inputs") or {}).get("data")), r.get("dir", "")] for r in rows])
+
+
+def mixed_checkpoints(rows: list) -> dict:
+    """{checkpoint: rows} when the rows started from the suite's own source (not an
+    intermediate task's run) scored more than one checkpoint of it; {} when one."""
+    seen: dict = {}
+    for r in rows:
+        if "inputs" not in r or r.get("via"):
+            continue
+        name = identity.short((r["inputs"] or {}).get("source"))
+        seen.setdefault(name, []).append(f"{r['task']}/{r['lr']}/{r['seed']}")
+    return seen if len(seen) > 1 else {}
 
 
 def write_suite_csv(path: str, summaries: list, avg: dict) -> None:
@@ -155,8 +180,14 @@ AVERAGE_LABELS = {"average": "**average**", "glue": "GLUE score",
 
 
 def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: list,
-             data_notes: list, probe_table: dict | None = None) -> str:
+             data_notes: list, probe_table: dict | None = None, mixed: dict | None = None
+             ) -> str:
     lines = ["# Downstream suite", ""]
+    if mixed:
+        lines += ["**WARNING: these rows scored different checkpoints of the source:** " +
+                  "; ".join(f"{name}: {len(runs)} row(s) ({', '.join(runs[:3])}"
+                            f"{', ...' if len(runs) > 3 else ''})" for name, runs in
+                            mixed.items()), ""]
     lines += [f"- {k}: {v}" for k, v in header.items()]
     lines += ["", "Scores in percent. Fine-tuned tasks: dev set, median over seeds at the "
               "learning rate whose median is best; spread = sample sd and min-max over those "
@@ -211,9 +242,18 @@ def bar_chart(path: str, summaries: list, avg: dict, title: str) -> None:
                      title_size=9)
 
 
+def file_notes(scored: dict | None) -> list[str]:
+    """One note per task: its files' sha256 (what its scores scored)."""
+    return [f"{task} files (sha256): " + ", ".join(
+        f"{os.path.basename(v['path'])} {v['sha256']}" for v in files.values())
+        for task, files in ((scored or {}).get("data") or {}).items()]
+
+
 def write_all(root: str, tasks: list, rows: list, rule: str, header: dict, failures: list,
-              data_notes: list, probe_table: dict | None = None) -> dict:
-    """Every report file from the runs' rows; returns suite.json's content."""
+              data_notes: list, probe_table: dict | None = None,
+              scored: dict | None = None) -> dict:
+    """Every report file from the runs' rows; returns suite.json's content. scored:
+    {source, data}, the identity of the checkpoint and files scored (suite.json)."""
     summaries, missing = [], []
     for task in tasks:
         task_rows = [r for r in rows if r["task"] == task.name]
@@ -222,14 +262,16 @@ def write_all(root: str, tasks: list, rows: list, rule: str, header: dict, failu
         else:
             missing.append(task.name)
     avg = averages(summaries, rule)
+    mixed = mixed_checkpoints(rows)
     result = {"header": header, "tasks": summaries, "averages": avg, "missing": missing,
-              "failures": [str(f) for f in failures], "probes": probe_table}
+              "failures": [str(f) for f in failures], "probes": probe_table,
+              "identity": scored, "mixed_checkpoints": mixed}
     with open(os.path.join(root, "suite.json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
     write_suite_csv(os.path.join(root, "suite.csv"), summaries, avg)
     write_runs_csv(os.path.join(root, "runs.csv"), rows)
-    text = markdown(summaries, avg, header, [str(f) for f in failures], missing, data_notes,
-                    probe_table)
+    text = markdown(summaries, avg, header, [str(f) for f in failures], missing,
+                    list(data_notes) + file_notes(scored), probe_table, mixed)
     with open(os.path.join(root, "suite.md"), "w") as f:
         f.write(text)
     if summaries:

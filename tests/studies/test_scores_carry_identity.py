@@ -1,0 +1,168 @@
+"""Every score carries its identity (issue 36): a source's checkpoint step and content hash,
+its data files' hashes, recorded with every run of a study; a done run whose model or data
+changed at the same path is stale (moved aside and rerun), never reused. The reported case:
+the suite skipped `topic/0.001/0 (finished)` after its source trained on from step 20 to
+60, and reported the step-20 scores as the model's."""
+import json
+import os
+import shutil
+
+import pytest
+
+from encoder.eval import identity
+from encoder.studies import records, runner
+from encoder.studies.suite import report
+
+
+def fake_workdir(path, steps=(20,)):
+    """A pretraining workdir's files (what identity reads: config, run record, checkpoint
+    folders, tokenizer), without a model."""
+    os.makedirs(os.path.join(path, "tokenizer"), exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as f:
+        json.dump({"model": {"hidden_size": 8}, "data": {}}, f)
+    with open(os.path.join(path, "run.json"), "w") as f:
+        json.dump({"config": {"seed": 0}, "data": {}}, f)
+    with open(os.path.join(path, "tokenizer", "sp.model"), "wb") as f:
+        f.write(b"pieces")
+    for s in steps:
+        add_step(path, s)
+    return str(path)
+
+
+def add_step(path, step, content=None):
+    d = os.path.join(path, "checkpoints", str(step), "state")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "params"), "wb") as f:
+        f.write(content or f"weights at {step}".encode())
+
+
+def test_a_workdir_is_named_by_its_newest_step_and_content(tmp_path):
+    w = fake_workdir(tmp_path / "w")
+    a = identity.source_identity(w)
+    assert (a["kind"], a["step"], len(a["sha256"])) == ("pretraining", 20, 16)
+    assert a["run"] and identity.source_identity(w, step=20) == a
+    add_step(w, 60)  # trained on
+    b = identity.source_identity(w)
+    assert b["step"] == 60 and b["sha256"] != a["sha256"]
+    assert identity.changes({"source": a}, {"source": b}) == [
+        f"source: step 20 -> 60 (the model at {w} changed since this run)"]
+    # the same step rewritten (another run in the folder): its content names it
+    shutil.rmtree(os.path.join(w, "checkpoints", "60"))
+    add_step(w, 60, b"other weights")
+    c = identity.source_identity(w)
+    assert c["step"] == 60 and not identity.same_source(b, c)
+    assert identity.changes({"source": b}, {"source": c})[0].startswith(
+        "source: its content changed (sha256 ")
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 7"):
+        identity.source_identity(w, step=7)
+    assert "w step 60 (pretraining workdir, sha256 " in identity.describe(c)
+
+
+def test_params_and_hf_folders_are_named_by_a_content_hash(tmp_path):
+    p = tmp_path / "p"
+    (p / "params").mkdir(parents=True)
+    (p / "model_config.json").write_text("{}")
+    (p / "params" / "a").write_bytes(b"1234")
+    (p / ".encoder-output.json").write_text('{"updated": 1}')  # hidden: not the model
+    a = identity.source_identity(str(p))
+    assert (a["kind"], a["step"]) == ("params", None)
+    copy = tmp_path / "copy"
+    shutil.copytree(p, copy)
+    (copy / ".encoder-output.json").write_text('{"updated": 2}')
+    assert identity.source_identity(str(copy))["sha256"] == a["sha256"]  # same bytes
+    (p / "params" / "a").write_bytes(b"1235")
+    assert identity.source_identity(str(p))["sha256"] != a["sha256"]
+    hf = tmp_path / "hf"
+    hf.mkdir()
+    (hf / "config.json").write_text("{}")
+    (hf / "model.safetensors").write_bytes(b"w")
+    h = identity.source_identity(f"hf:{hf}")
+    (hf / "model.safetensors").write_bytes(b"v")
+    assert h["kind"] == "hf" and identity.source_identity(f"hf:{hf}")["sha256"] != h["sha256"]
+
+
+def test_a_hash_cache_rereads_only_changed_files(tmp_path):
+    f = tmp_path / "data.jsonl"
+    f.write_text("one\n")
+    cache = identity.HashCache(str(tmp_path / "hashes.json"))
+    first = cache.sha256(str(f))
+    cache.save()
+    again = identity.HashCache(str(tmp_path / "hashes.json"))
+    assert again.entries[str(f)][2] == first
+    f.write_text("two\n")  # a new size: hashed again
+    assert again.sha256(str(f)) != first
+
+
+def _done(workdir, inputs):
+    run = runner.make_run("topic/0.001/0", workdir, {"x": 1}, inputs)
+    assert runner.prepare(run, log=lambda *_: None)
+    with open(os.path.join(workdir, "run.json"), "w") as f:
+        json.dump({"config": {}, "finished": {"step": 4}}, f)
+    assert run.status().state == "done"
+    return run
+
+
+def test_a_done_run_of_another_checkpoint_is_stale_and_moved_aside(tmp_path):
+    w = fake_workdir(tmp_path / "w")
+    task = tmp_path / "train.jsonl"
+    task.write_text('{"text": "a", "label": "x"}\n')
+    inputs = {"source": identity.source_identity(w),
+              "data": identity.files_identity({"train": str(task)})}
+    d = str(tmp_path / "runs" / "r")
+    _done(d, inputs)
+    assert records.read_inputs(d) == json.loads(json.dumps(inputs))
+    add_step(w, 60)  # the reported case: the source trained on at the same path
+    now = {**inputs, "source": identity.source_identity(w)}
+    run = runner.make_run("topic/0.001/0", d, {"x": 1}, now)
+    st = run.status()
+    assert (st.state, st.cause) == ("stale", "inputs") and "step 20 -> 60" in st.detail
+    said = []
+    assert runner.prepare(run, log=said.append)  # rerun, not skipped
+    assert said[0].startswith("rerunning topic/0.001/0: the model or data it ran on is not "
+                              "what this study reads now (source: step 20 -> 60")
+    assert records.read_inputs(d)["source"]["step"] == 60
+    assert [p for p in os.listdir(tmp_path / "runs") if p.startswith("r.stale-")]
+    # an edited task file at the same path: stale too
+    _done(str(tmp_path / "runs" / "s"), now)
+    task.write_text('{"text": "b", "label": "y"}\n')
+    edited = {**now, "data": identity.files_identity({"train": str(task)})}
+    st = runner.make_run("s", str(tmp_path / "runs" / "s"), {"x": 1}, edited).status()
+    assert st.state == "stale" and f"data train: {task} changed" in st.detail
+
+
+def test_a_done_run_without_a_record_is_not_reused_and_a_running_one_is_left(tmp_path):
+    d = str(tmp_path / "legacy")
+    legacy = runner.make_run("r", d, {"x": 1})  # planned before inputs were recorded
+    runner.prepare(legacy, log=lambda *_: None)
+    with open(os.path.join(d, "run.json"), "w") as f:
+        json.dump({"config": {}, "finished": {"step": 4}}, f)
+    inputs = {"source": {"kind": "params", "step": None, "sha256": "ab"}}
+    st = runner.make_run("r", d, {"x": 1}, inputs).status()
+    assert st == records.Status("stale", records.NO_INPUTS, "inputs")
+    with open(os.path.join(d, "LOCK"), "w") as f:  # a live job holds it: never moved
+        json.dump({"host": os.uname().nodename, "pid": os.getpid()}, f)
+    assert runner.make_run("r", d, {"x": 1}, inputs).status().state != "stale"
+    assert runner.make_run("r", d, {"x": 1}).status().state == "done"  # untracked: as before
+
+
+def test_a_table_that_mixes_checkpoints_says_so(tmp_path):
+    a = {"kind": "pretraining", "step": 20, "sha256": "aa", "init_from": "W"}
+    b = {**a, "step": 60, "sha256": "bb"}
+    rows = [{"task": "topic", "lr": 1e-3, "seed": s, "metrics": {"accuracy": 50.0},
+             "score": 50.0, "dir": "d", "inputs": {"source": src, "data": {}}, "via": ""}
+            for s, src in ((0, a), (1, b))]
+    rows.append({**rows[0], "seed": 2, "inputs": {"source": {**a, "sha256": "cc"}},
+                 "via": "MNLI"})  # an intermediate start: another model by design
+    mixed = report.mixed_checkpoints(rows)
+    assert mixed == {"step 20 sha256:aa": ["topic/0.001/0"],
+                     "step 60 sha256:bb": ["topic/0.001/1"]}
+    assert report.mixed_checkpoints(rows[:1] + rows[2:]) == {}
+    text = report.markdown([], {}, {"checkpoint": identity.describe(b)}, [], [], [], None,
+                           mixed)
+    assert text.splitlines()[2].startswith("**WARNING: these rows scored different "
+                                           "checkpoints of the source:** step 20 sha256:aa")
+    path = tmp_path / "runs.csv"
+    report.write_runs_csv(str(path), rows[:2])
+    header, first, second = path.read_text().splitlines()
+    assert header.split(",")[-3:] == ["checkpoint", "data", "dir"]
+    assert "step 20 sha256:aa" in first and "step 60 sha256:bb" in second
