@@ -243,8 +243,12 @@ def test_an_exported_folder_is_an_init_from_source_with_its_tokenizer(tiny_pretr
     export_lib.export(tiny_pretrained, str(tmp_path / "hf"))
     src, hf_src = sources.load(tiny_pretrained), sources.load(f"hf:{tmp_path / 'hf'}")
     assert hf_src.kind == "hf" and hf_src.model_cfg.position == "rope"
+    # the run's vocabulary is padded to a multiple of 64; the export carries its real rows
+    cfg, params = export_lib.unpadded(src.model_cfg, src.params)
+    assert src.model_cfg.real_vocab_size == src.tokenizer.vocab_size < src.model_cfg.vocab_size
+    assert hf_src.model_cfg.vocab_size == cfg.vocab_size == src.tokenizer.vocab_size
     for a, b in zip(jax.tree.leaves(hf_src.params["encoder"]),
-                    jax.tree.leaves(src.params["encoder"])):
+                    jax.tree.leaves(params["encoder"])):
         np.testing.assert_array_equal(a, b)
     text = "Return the value of the named attribute of object."
     assert hf_src.tokenizer.encode(text) == src.tokenizer.encode(text)
