@@ -202,6 +202,15 @@ def parse_arg(arg: str | None) -> dict:
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
 
 
+def _set_objective(c, v):
+    """objective=rtd also takes ELECTRA's corruption of the generator's input: 85% of the
+    selected tokens become [MASK], 15% stay, none is random (the released code's
+    pretrain_helpers.mask; BERT's 80/10/10 is the MLM default)."""
+    c.objective = v
+    if v == "rtd":
+        c.masking.update(mask_prob=0.85, random_prob=0.0)
+
+
 def _set_size(c, v):
     """Sets only the shape fields of a size preset; every variant choice stays."""
     c.model.update(dict(zip(SHAPE_FIELDS, registry.lookup(SIZES, v, "model size"))), size=v)
@@ -210,7 +219,7 @@ def _set_size(c, v):
 # Options an experiment argument may set: name -> how it changes the config.
 OPTIONS = {
     "size": _set_size,
-    "objective": lambda c, v: setattr(c, "objective", v),
+    "objective": lambda c, v: _set_objective(c, v),
     "position": lambda c, v: setattr(c.model, "position", v),
     "pooling": lambda c, v: setattr(c, "pooling", v),
     "norm": lambda c, v: setattr(c.model, "norm", v),

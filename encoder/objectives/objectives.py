@@ -15,15 +15,15 @@ from encoder.objectives import masking, mlm, rtd
 
 
 def generator_config(cfg, fraction: float, layers: int = 0):
-    """ELECTRA's generator: the discriminator's config at a fraction of its width.
-
-    Keeps the embedding width (shared tables) and the head dimension where it can.
-    """
+    """ELECTRA's generator: the discriminator's config at a fraction of its width, sized as
+    ELECTRA's released code sizes it (run_pretraining.get_generator_config): width
+    round(D x fraction), one head per 64 of it (at least one), the FFN at the same fraction;
+    the embedding width stays (the tables are shared)."""
     gen = cfg.copy_and_resolve_references()
     width = max(int(round(cfg.hidden_size * fraction)), 1)
-    head_dim = cfg.hidden_size // cfg.num_heads
-    gen.num_heads = max(1, width // head_dim)
-    gen.hidden_size = gen.num_heads * head_dim
+    heads = max(1, width // 64)
+    gen.num_heads = heads if width % heads == 0 else 1
+    gen.hidden_size = width
     gen.intermediate_size = max(1, int(round(cfg.intermediate_size * fraction)))
     gen.num_layers = layers or cfg.num_layers
     gen.embedding_size = cfg.embedding_size or cfg.hidden_size
