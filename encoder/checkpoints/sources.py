@@ -56,8 +56,21 @@ def _tokenizer_in(folder: str, run_config=None):
                             "WordPiece folder there)")
 
 
+def split_step(init_from: str) -> tuple[str, int | None]:
+    """'RUN@400' -> ('RUN', 400): a pretraining workdir's checkpoint at that step."""
+    path, sep, step = init_from.rpartition("@")
+    if sep and step.isdigit() and not init_from.startswith("hf:"):
+        return path, int(step)
+    return init_from, None
+
+
 def load(init_from: str) -> Pretrained:
-    """Resolves any source this codebase writes or imports; errors name what was expected."""
+    """Resolves any source this codebase writes or imports (a pretraining workdir's
+    checkpoint at a step: WORKDIR@STEP); errors name what was expected."""
+    init_from, step = split_step(init_from)
+    if step is not None and (not os.path.isdir(init_from) or store.is_params_folder(init_from)):
+        raise ValueError(f"init_from={init_from}@{step}: @STEP names a checkpoint of a "
+                         "pretraining workdir; this is not one")
     if init_from.startswith("hf:"):
         from encoder.interop import hf
         folder = init_from[3:]
@@ -88,7 +101,10 @@ def load(init_from: str) -> Pretrained:
     try:
         if mngr.latest_step() is None:
             raise FileNotFoundError(f"init_from={init_from!r}: no checkpoint in its workdir")
-        state, _, _, _ = store.restore(mngr, set_aside=False)  # another run's workdir
+        if step is not None and step not in mngr.all_steps():
+            raise FileNotFoundError(f"init_from={init_from}@{step}: no checkpoint at step "
+                                    f"{step} (it has {sorted(mngr.all_steps())})")
+        state, _, _, _ = store.restore(mngr, step=step, set_aside=False)  # another run's
     finally:
         mngr.close()
     return Pretrained(run.model, state["params"], _tokenizer_in(init_from, run), run)

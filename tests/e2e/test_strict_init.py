@@ -91,3 +91,15 @@ def test_the_load_report_accounts_for_every_tensor():
     said = rep.check("SRC", *rules, allowed="extra")
     assert said == ["fresh: a new head", "unused: feeds only a pair head",
                     "unused: --config.init_fresh"]
+
+
+def test_a_workdir_checkpoint_by_step(tmp_path):
+    """WORKDIR@STEP is that checkpoint (what a watcher scores); another step is named."""
+    config = tiny_pretrain_config(num_steps=4, checkpoint_every=2, keep_checkpoints=3)
+    pretrain.train(config, str(tmp_path / "src"), devices=jax.devices()[:1])
+    two, four = sources.load(f"{tmp_path / 'src'}@2"), sources.load(str(tmp_path / "src"))
+    leaf = lambda p: jax.tree.leaves(p.params["encoder"])[0]  # noqa: E731
+    assert not (leaf(two) == leaf(four)).all()
+    assert (leaf(sources.load(f"{tmp_path / 'src'}@4")) == leaf(four)).all()
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 3 \(it has \[2, 4\]\)"):
+        sources.load(f"{tmp_path / 'src'}@3")
