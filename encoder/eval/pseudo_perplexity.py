@@ -21,34 +21,41 @@ def masked_copies(input_ids: np.ndarray, attention_mask: np.ndarray, special_ids
 
 
 def token_log_probs(apply_fn, input_ids, attention_mask, special_ids, mask_id: int,
-                    batch_size: int = 64, segment_ids=None, max_tokens: int | None = None):
+                    batch_size: int = 64, segment_ids=None, max_tokens: int | None = None,
+                    extra: dict | None = None):
     """log P(x_i | x_{-i}) for every scorable token (numpy float array).
 
-    apply_fn(input_ids, segment_ids, attention_mask, positions [B, 1]) -> logits [B, 1, V].
+    apply_fn(input_ids, segment_ids, attention_mask, positions [B, 1], **extra) -> logits
+    [B, 1, V]; extra: further [N, T] row arrays (document_ids, positions) passed by name,
+    each copy reading its own row's. Batching is encoder/eval/inference.py's (fixed shapes,
+    the last batch padded and its padding dropped).
     """
+    from encoder.eval import inference
     rows, cols, targets = masked_copies(input_ids, attention_mask, special_ids, mask_id)
     if max_tokens is not None:
         rows, cols, targets = rows[:max_tokens], cols[:max_tokens], targets[:max_tokens]
+    if len(rows) == 0:
+        return np.zeros(0)
     if segment_ids is None:
         segment_ids = np.zeros_like(input_ids)
+    table = {"input_ids": input_ids, "segment_ids": segment_ids,
+             "attention_mask": attention_mask, **(extra or {})}
+    table = {k: jnp.asarray(v) for k, v in table.items()}  # [N, T] each, on device once
 
     @jax.jit
-    def score(ids, seg, mask, pos, tgt):
-        ids = ids.at[jnp.arange(ids.shape[0]), pos].set(mask_id)
-        logits = apply_fn(ids, seg, mask, pos[:, None])[:, 0]  # [B, V]
+    def score(table, copy):
+        r = copy["row"]  # [B]: each copy's row, gathered on device
+        ids = table["input_ids"][r].at[jnp.arange(r.shape[0]), copy["col"]].set(mask_id)
+        named = {k: table[k][r] for k in table
+                 if k not in ("input_ids", "segment_ids", "attention_mask")}
+        logits = apply_fn(ids, table["segment_ids"][r], table["attention_mask"][r],
+                          copy["col"][:, None], **named)[:, 0]  # [B, V]
         logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
-        return jnp.take_along_axis(logp, tgt[:, None], -1)[:, 0]
+        return jnp.take_along_axis(logp, copy["target"][:, None], -1)[:, 0]
 
-    out = []
-    for i in range(0, len(rows), batch_size):
-        r, c, t = rows[i:i + batch_size], cols[i:i + batch_size], targets[i:i + batch_size]
-        n = len(r)
-        pad = batch_size - n  # fixed shapes: one compilation
-        r, c, t = (np.concatenate([a, np.repeat(a[:1], pad)]) for a in (r, c, t))
-        lp = score(jnp.asarray(input_ids[r]), jnp.asarray(segment_ids[r]),
-                   jnp.asarray(attention_mask[r]), jnp.asarray(c), jnp.asarray(t))
-        out.append(np.asarray(lp)[:n])
-    return np.concatenate(out) if out else np.zeros(0)
+    copies = {"row": rows.astype(np.int32), "col": cols.astype(np.int32),
+              "target": targets.astype(np.int32)}
+    return np.asarray(inference.predict(score, table, copies, batch_size), np.float64)
 
 
 def pseudo_perplexity(log_probs: np.ndarray) -> float:
