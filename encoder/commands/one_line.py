@@ -99,5 +99,52 @@ def parse_flags(argv: list[str]) -> list[str]:
     except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
         if "--verbosity=1" in argv or "-v=1" in argv:
             raise
+        found = unknown_override(e)
+        if found is not None:
+            raise SystemExit(f"error: {found}") from None
         text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
         raise SystemExit(f"error: a --config override: {errors.one_line(text)}") from None
+
+
+def unknown_override(e: BaseException) -> str | None:
+    """The line for a `--NAME.a.b` override naming no field of the config: the full override,
+    where its path leaves the config, and the close names there (difflib); None when `e`
+    is not that.
+
+    ml_collections raises it from the config flag's parse with the bare key ('x'); the
+    flag, its overrides and the loaded config are that frame's locals."""
+    tb, frame = e.__traceback__, None
+    while tb is not None:
+        if {"self", "config", "overrides"} <= tb.tb_frame.f_locals.keys():
+            frame = tb.tb_frame
+        tb = tb.tb_next
+    if frame is None:
+        return None
+    name = getattr(frame.f_locals["self"], "name", "config")
+    for path in frame.f_locals["overrides"] or ():
+        found = _leaves_config(frame.f_locals["config"], name, str(path))
+        if found:
+            return found
+    return None
+
+
+def _leaves_config(node, name: str, path: str) -> str:
+    """Why --name.path names no field of the config `node`, or "" when it does."""
+    import difflib
+    parts, at = path.split("."), name
+    for i, key in enumerate(parts):
+        keys = [str(k) for k in node.keys()] if hasattr(node, "keys") else None
+        if keys is None:
+            return (f"--{name}.{path}: {at} is a value ({type(node).__name__}), not a group of "
+                    f"fields; it has no field {key!r}")
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=3, cutoff=0.6)
+            rest = "".join(f".{p}" for p in parts[i + 1:])
+            if close:
+                hint = "Did you mean " + " or ".join(f'"{c}" (--{at}.{c}{rest})'
+                                                     for c in close) + "?"
+            else:
+                hint = f"{at} has: {', '.join(sorted(keys))}"
+            return f"--{name}.{path}: {key!r} is not a field of {at}. {hint}"
+        node, at = node[key], f"{at}.{key}"
+    return ""

@@ -190,7 +190,8 @@ def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,
         units, _ = preparation.plan_units(data_cfg.train_files or preparation.STDLIB, s,
                                       flag="--config.data.train_files")
         preparation.train_tokenizer(units, s, path, vocab_size, data_cfg.tokenizer_type,
-                                data_cfg.tokenizer_sample_chars)
+                                    data_cfg.tokenizer_sample_chars,
+                                    flag="--config.model.vocab_size")
     barrier("tokenizer")
     return path
 

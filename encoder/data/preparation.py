@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import sys
 import time
@@ -231,13 +232,36 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
         owed = max(0.0, want - got)  # a window cut short by a file's end: the next reads more
 
 
+# sentencepiece's refusal of a vocabulary smaller than the sample's characters (+ its own
+# pieces): "Vocabulary size is smaller than required_chars. 30 vs 93."
+_TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
 def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
-                    tokenizer_type: str = "unigram", sample_chars: int = 4_000_000) -> str:
+                    tokenizer_type: str = "unigram", sample_chars: int = 4_000_000,
+                    flag: str = "--vocab_size") -> str:
+    """Trains OUT's sentencepiece model on a sample of the units; a vocabulary sentencepiece
+    refuses is one line naming `flag` (the command's vocabulary flag) and the least size
+    that holds the sample's characters."""
     prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
+    folder = os.path.dirname(os.path.abspath(model_path))
+    new_folder = not os.path.exists(folder)
     try:
         return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars),
                                                  prefix, vocab_size, tokenizer_type,
                                                  sample_chars)
+    except RuntimeError as e:  # sentencepiece's trainer reports every refusal so
+        if new_folder and os.path.isdir(folder) and not os.listdir(folder):
+            os.rmdir(folder)  # the folder train_sentencepiece made for it, left empty
+        text = errors.one_line(str(e))
+        m = _TOO_SMALL.search(text)
+        if m:
+            raise errors.UsageError(
+                f"{flag}={vocab_size}: the tokenizer needs at least {m.group(2)} pieces (the "
+                "characters of the training sample, 99.95% coverage, plus its special pieces); "
+                f"give {flag}={m.group(2)} or more") from None
+        raise errors.UsageError(f"{flag}={vocab_size}: sentencepiece could not train a "
+                                f"tokenizer: {text.split('] ', 1)[-1]}") from None
     except ValueError as e:
         if "empty corpus" not in str(e):
             raise
@@ -540,11 +564,16 @@ def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int 
                 f"{old['fingerprint']}, now {fp}: the files, their sizes or dates, the "
                 "tokenizer or a setting changed); use a new --out, or delete the folder")
     # ---- checked: from here on, writes
+    created = not os.path.exists(out)
     errors.mark_output(out, KIND)
     if tokenizer:
         tok_path = install_tokenizer(tokenizer, out)
     elif not os.path.exists(tok_path):
-        train_tokenizer(units, s, tok_path, vocab_size, tokenizer_type, sample_chars)
+        try:
+            train_tokenizer(units, s, tok_path, vocab_size, tokenizer_type, sample_chars)
+        except Exception:  # refused (a vocabulary too small): leave no half-made folder
+            errors.discard_if_untouched(out, created)
+            raise
     _TOKENIZERS.pop(tok_path, None)  # a file replaced at the same path is read afresh
     fp = plan_fingerprint(spec, units, s, _tokenizer(tok_path).fingerprint())
     if old is not None and old["fingerprint"] != fp:

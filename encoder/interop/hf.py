@@ -10,8 +10,11 @@ maps, shape checks, and the choice of family.
 """
 import json
 import os
+import re
 
 import numpy as np
+
+from encoder import errors as errors_lib
 
 from encoder.interop import family as family_lib
 from encoder.interop import families as families_lib
@@ -20,27 +23,81 @@ from encoder.model import scan
 
 
 def read_config(folder: str) -> dict:
+    """config.json as a dict; a file that is not JSON (truncated, not UTF-8), not an object,
+    or whose sizes are not positive integers is an error naming the file."""
     path = os.path.join(folder, "config.json")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{folder}: no config.json (expected a HuggingFace model folder)")
     try:
-        with open(path) as f:
-            return json.load(f)
+        with open(path, encoding="utf-8") as f:
+            hf = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+        raise ValueError(f"{path}: not valid JSON ({e.msg}, line {e.lineno}): the file is "
+                         "truncated or was edited; copy it again from the model") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid UTF-8 (byte offset {e.start}); copy it again "
+                         "from the model") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path}: expected a JSON object of the model's settings, got "
+                         f"{type(hf).__name__}")
+    for key in family_lib.REQUIRED:
+        value = hf.get(key)
+        if key in hf and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+            raise ValueError(f"{path}: {key} is {value!r}; expected a positive integer")
+    return hf
 
 
 def read_tensors(folder: str) -> dict[str, np.ndarray]:
+    """The weights, float32 by name; a file that cannot be read whole (truncated, not a
+    safetensors or PyTorch file) is an error naming it."""
     st = os.path.join(folder, "model.safetensors")
     if os.path.exists(st):
         from safetensors.numpy import load_file
-        return {k: np.asarray(v, np.float32) for k, v in load_file(st).items()}
+        try:
+            loaded = load_file(st)
+        except Exception as e:  # noqa: BLE001 -- SafetensorError derives from Exception only
+            raise ValueError(f"{st}: not a readable safetensors file ({e}; "
+                             f"{os.path.getsize(st)} bytes): it is truncated or damaged; copy "
+                             "it again from the model") from None
+        return {k: np.asarray(v, np.float32) for k, v in loaded.items()}
     pt = os.path.join(folder, "pytorch_model.bin")
     if os.path.exists(pt):
         import torch  # only for the legacy format
-        state = torch.load(pt, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(pt, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 -- torch raises RuntimeError, EOFError, pickle's
+            raise ValueError(f"{pt}: not a readable PyTorch checkpoint "
+                             f"({errors_lib.one_line(str(e))[:200]}): it is truncated or "
+                             "damaged; copy it again from the model") from None
         return {k: v.float().numpy() for k, v in state.items()}
     raise FileNotFoundError(f"{folder}: expected model.safetensors or pytorch_model.bin")
+
+
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's encoder.layer.N., ModernBERT's layers.N.
+
+
+def check_sizes(hf: dict, tensors: dict, folder: str) -> None:
+    """config.json's sizes against the tensors it comes with, before any tensor is mapped:
+    hidden_size (the width of every layer's norms) and num_hidden_layers (the layers the
+    tensors number). A config.json edited or taken from another model is named with the
+    size the weights have, not left to a tensor the mapping then cannot find (or, for
+    fewer layers, to layers silently left out); the other sizes are check_shapes'."""
+    path = os.path.join(folder, "config.json")
+
+    def refuse(key, found, example):
+        raise ValueError(f"{path}: {key} is {hf[key]}, but the weights in {folder} have "
+                         f"{found} ({example}): config.json does not describe these weights "
+                         f"(edited, or another model's); set {key} to {found}")
+
+    norms = {k: v.shape for k, v in tensors.items() if "norm" in k.lower()
+             and k.endswith(".weight") and re.search(r"\.\d+\.", k) and len(v.shape) == 1}
+    widths = {shape[0] for shape in norms.values()}
+    if "hidden_size" in hf and len(widths) == 1 and hf["hidden_size"] not in widths:
+        name = min(norms)
+        refuse("hidden_size", widths.pop(), f"{name} has shape {tuple(norms[name])}")
+    layers = {int(m.group(1)) for k in tensors for m in [_LAYER.search(k)] if m}
+    if "num_hidden_layers" in hf and layers and hf["num_hidden_layers"] != max(layers) + 1:
+        refuse("num_hidden_layers", max(layers) + 1, f"layers 0 to {max(layers)}")
 
 
 def family_of(hf: dict) -> family_lib.Family:
@@ -55,10 +112,12 @@ def family_of(hf: dict) -> family_lib.Family:
 def load(folder: str):
     """Reads a HF folder of any supported family: (our model config, params)."""
     hf = read_config(folder)
+    tensors = read_tensors(folder)
+    check_sizes(hf, tensors, folder)
     try:
         fam = family_of(hf)
         cfg = fam.config_from_hf(hf)
-        params = _as_float32(fam.params_from_hf(read_tensors(folder), cfg))
+        params = _as_float32(fam.params_from_hf(tensors, cfg))
         params = scan.stack_layers(params, cfg)  # the families write blocks_i; cfg may scan
         check_shapes(params, cfg)
     except ValueError as e:

@@ -73,31 +73,47 @@ class Task:
     @classmethod
     def read_file(cls, path: str) -> list[dict]:
         """Examples of a file (GLUE TSV, a format of the type's own, else JSON lines);
-        field and line checks, errors naming file:line."""
+        field and line checks (`check_line`, whatever the format), errors naming file:line."""
         if path.endswith(".tsv"):
-            return files.read_glue_tsv(path)
-        for ending, reader in cls.formats.items():
-            if path.endswith(ending):
-                return reader(path)
-        return files.read_jsonl(path, cls.fields, cls.check_line)
+            examples = files.read_glue_tsv(path)
+        else:
+            reader = next((r for ending, r in cls.formats.items() if path.endswith(ending)),
+                          None)
+            if reader is None:
+                return files.read_jsonl(path, cls.fields, cls.check_line)
+            examples = reader(path)
+        for ex in examples:
+            files.check_texts(ex, ex["_where"])
+            cls.check_line(ex, ex["_where"])
+        return examples
 
-    @staticmethod
-    def check_line(example: dict, where: str) -> None:
-        """A JSONL line's checks beyond its fields (subclasses extend); raise TaskDataError."""
+    @classmethod
+    def check_line(cls, example: dict, where: str) -> None:
+        """One example's checks beyond its fields and texts (subclasses extend); raise
+        TaskDataError naming `where` (file:line)."""
 
     @classmethod
     def label_names(cls, examples: list[dict]) -> list:
         """The label names a training file fixes, in head-row order."""
         return sorted({ex["label"] for ex in examples}, key=str)
 
-    def read(self, path: str, split: str) -> list[dict]:
-        """Reads a task file and checks every example; errors name file:line."""
-        examples = self.read_file(path)
-        self.check(examples, split)
+    @classmethod
+    def labels_of(cls, example: dict) -> list:
+        """The label names one example uses (a tagged example: its tags)."""
+        return [example["label"]] if "label" in example else []
+
+    @classmethod
+    def read(cls, path: str, split: str) -> list[dict]:
+        """Reads a task file and checks every example and the split as a whole (what the
+        metric assumes); errors name file:line. Fine-tuning and the baselines read here."""
+        examples = cls.read_file(path)
+        cls.check(examples, split)
         return examples
 
-    def check(self, examples: list[dict], split: str) -> None:
-        """Type checks beyond the reader's field checks (subclasses extend)."""
+    @classmethod
+    def check(cls, examples: list[dict], split: str) -> None:
+        """A split's checks beyond its lines' (subclasses extend): labels a metric or the
+        training cannot use (one class, constant scores), raised before any training."""
 
     def training_source(self, path: str):
         """The training rows of a prepared corpus at `path` as a random-access source
@@ -121,7 +137,7 @@ class Task:
             self.labels = (start.extended(found) if continues_label_map(start, found)
                            else LabelSet(found))
         if len(self.labels.names) < 2:
-            raise TaskDataError(f"{train_examples[0]['_where'].rsplit(':', 1)[0]}: only one label "
+            raise TaskDataError(f"{where_file(train_examples)}: only one label "
                                 f"({self.labels.names}) in the training file; a {self.name} "
                                 "head needs at least two")
 
@@ -147,7 +163,8 @@ class Task:
         raise NotImplementedError
 
     # ----------------------------------------------------------------- scores
-    def has_gold(self, examples: list[dict]) -> bool:
+    @classmethod
+    def has_gold(cls, examples: list[dict]) -> bool:
         return True
 
     def score(self, out, examples, arrays, meta):
@@ -159,6 +176,11 @@ class Task:
         """eval.json's metrics of predictions in predictions.jsonl form (a baseline's), as
         `score` computes them for the model's."""
         raise ValueError(f"no baseline score for task type {cls.name!r}")
+
+
+def where_file(examples: list[dict]) -> str:
+    """The file the examples came from (their `_where` without the line)."""
+    return examples[0]["_where"].rsplit(":", 1)[0] if examples else "?"
 
 
 def continues_label_map(start: LabelSet | None, found: list) -> bool:

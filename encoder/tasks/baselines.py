@@ -21,6 +21,7 @@ shared TF-IDF machinery is encoder/tasks/bow.py. The methods:
             first word. Regression, STS and retrieval have none (a constant has no
             correlation and no ranking).
 """
+from encoder.tasks.files import LabelSet, TaskDataError
 from encoder.tasks.table import TASKS, lookup
 
 
@@ -43,11 +44,26 @@ def score(task_type: str, examples: list, preds: list, tasks: dict = TASKS) -> d
     return tasks[task_type].score_predictions(examples, preds)
 
 
+def read(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> tuple[list, list]:
+    """(train, dev) examples, read and checked as fine-tuning reads them (Task.read: the line
+    checks, one class, constant scores; a dev label the training file lacks), and a dev file
+    with gold to score against: a baseline scores what a fine-tuning run would, no more."""
+    cls = lookup(task, tasks)
+    train = cls.read(train_path, "train")
+    dev = cls.read(dev_path, "dev")
+    if not cls.has_gold(dev):
+        raise TaskDataError(f"{dev_path}: no labels: a baseline is scored against the dev "
+                            "file's gold labels")
+    if cls.uses_labels:  # as the fine-tuning featurizer indexes them (LabelSet.index)
+        known = LabelSet(cls.label_names(train))
+        for ex in dev:
+            for label in cls.labels_of(ex):
+                known.index(label, ex["_where"])
+    return train, dev
+
+
 def run(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> dict:
     """{method: dev metrics} of every method with a predictor for this task type."""
-    cls = lookup(task, tasks)
-    train = cls.read_file(train_path)
-    dev = cls.read_file(dev_path)
+    train, dev = read(task, train_path, dev_path, tasks)
     return {name: score(task, dev, table[task](train, [dev])[0], tasks)
             for name, table in methods(tasks).items() if task in table}
-

@@ -12,7 +12,7 @@ from encoder.eval import metrics as metrics_lib
 from encoder.model import models
 from encoder.tasks import bow, files
 from encoder.tasks.base import (Baseline, Export, Task, TaskDataError, check_labelled,
-                                softmax_nll, weighted_mean)
+                                softmax_nll, weighted_mean, where_file)
 
 
 def _label_type(label) -> str:
@@ -72,20 +72,33 @@ class Classification(Task):
     probe = "sentence"
     label_fields = (("labels", (), "int32"),)
 
-    def check(self, examples, split):
+    @classmethod
+    def check_line(cls, example, where):
+        if "label" not in example:
+            return
+        label = example["label"]
+        if not isinstance(label, (str, int)) or isinstance(label, bool):
+            raise TaskDataError(f"{where}: label is {files.json_kind(label)}; a classification "
+                                "label must be a string or an integer")
+
+    @classmethod
+    def check(cls, examples, split):
         if not check_labelled(examples, split):
             return
         first = examples[0]
         for ex in examples:
             label = ex["label"]
-            if not isinstance(label, (str, int)) or isinstance(label, bool):
-                raise TaskDataError(f"{ex['_where']}: label {label!r} must be a string or an "
-                                    "integer")
             if _label_type(label) != _label_type(first["label"]):
                 raise TaskDataError(
                     f"{ex['_where']}: label {label!r} is a {_label_type(label)}, but "
                     f"{first['_where']} has {first['label']!r}, a {_label_type(first['label'])}: "
                     "mixed label types would make one class into two")
+        if split == "train" and len({ex["label"] for ex in examples}) < 2:
+            raise TaskDataError(
+                f"{where_file(examples)}: only one label ({first['label']!r}) in all "
+                f"{len(examples)} training examples: a classifier trained on one class can "
+                "only ever predict it (its training and its scores are degenerate); give a "
+                "training file with at least two classes")
 
     def featurize(self, examples):
         return featurize_sequences(examples, self.tokenizer, self.config.data.max_seq_len,
@@ -94,7 +107,8 @@ class Classification(Task):
     def loss(self, out, batch):
         return weighted_mean(softmax_nll(out, batch["labels"]), batch["weight"])
 
-    def has_gold(self, examples):
+    @classmethod
+    def has_gold(cls, examples):
         return all("label" in ex for ex in examples)
 
     def score(self, out, examples, arrays, meta):

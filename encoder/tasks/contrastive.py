@@ -59,17 +59,12 @@ class Contrastive(Task):
         super().__init__(config, tokenizer, labels)
         self.options = options(config)
 
-    @staticmethod
-    def check_line(example: dict, where: str) -> None:
+    @classmethod
+    def check_line(cls, example: dict, where: str) -> None:
         negs = example.get("negatives", [])
         if not isinstance(negs, list) or not all(isinstance(x, str) for x in negs):
-            raise TaskDataError(f"{where}: 'negatives' must be a list of strings")
-
-    def check(self, examples, split):
-        for ex in examples:
-            for key in ("text_a", "text_b"):
-                if not isinstance(ex[key], str):
-                    raise TaskDataError(f"{ex['_where']}: {key!r} must be a string")
+            raise TaskDataError(f"{where}: 'negatives' must be a list of strings, got "
+                                f"{files.json_kind(negs)}")
 
     def training_source(self, path):
         """A prepared pair corpus (a folder: encoder/data/pairs.py) as training rows, read

@@ -8,6 +8,7 @@ dev/test file is featurized.
 """
 import csv
 import dataclasses
+import io
 import json
 
 import numpy as np
@@ -19,6 +20,69 @@ class TaskDataError(ValueError):
     pass
 
 
+# The fields that hold text wherever a type has them: a string each (JSON's null, a number
+# or a list there would reach the tokenizer and end in its traceback).
+TEXT_FIELDS = ("text", "text_a", "text_b", "question", "context", "answer_text")
+
+
+def json_kind(value) -> str:
+    """A value as a JSON-file writer names it: null, true, a number (5), a list, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})"
+    if isinstance(value, str):
+        return f"a string ({value[:40]!r})"
+    if isinstance(value, list):
+        return f"a list ({json.dumps(value)[:40]})"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
+
+
+def check_texts(example: dict, where: str) -> None:
+    """Every text field the example holds is a string."""
+    for key in TEXT_FIELDS:
+        if key in example and not isinstance(example[key], str):
+            raise TaskDataError(f"{where}: {key!r} is {json_kind(example[key])}; expected a "
+                                "string")
+
+
+def _not_utf8(path: str, e: UnicodeDecodeError, offset: int, line_no: int,
+              column: int) -> TaskDataError:
+    return TaskDataError(f"{path}:{line_no}: not valid UTF-8 (byte 0x{e.object[e.start]:02x} at "
+                         f"byte offset {offset} of the file, column {column} of the line); save "
+                         "the file as UTF-8")
+
+
+def read_text(path: str, encoding: str = "utf-8") -> str:
+    """A whole file as text; bytes that are not UTF-8 are an error naming file:line."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode(encoding)
+    except UnicodeDecodeError as e:
+        at = e.start + (len(data) - len(e.object))  # utf-8-sig reports past a BOM it dropped
+        line_start = data.rfind(b"\n", 0, at) + 1
+        raise _not_utf8(path, e, at, data.count(b"\n", 0, at) + 1, at - line_start + 1
+                        ) from None
+
+
+def text_lines(path: str):
+    """(line number, text) of a file's lines, split at \\n only (as JSON lines are; a
+    U+2028 inside a string is no line end); bytes that are not UTF-8 name file:line."""
+    offset = 0
+    with open(path, "rb") as f:
+        for line_no, raw in enumerate(f, 1):
+            try:
+                yield line_no, raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise _not_utf8(path, e, offset + e.start, line_no, e.start + 1) from None
+            offset += len(raw)
+
+
 def _require(example: dict, keys, path: str, line: int) -> None:
     missing = [k for k in keys if k not in example]
     if missing:
@@ -27,24 +91,26 @@ def _require(example: dict, keys, path: str, line: int) -> None:
 
 def read_jsonl(path: str, fields, check_line=None) -> list[dict]:
     """One JSON object per line (blank lines skipped) holding one of the field sets in
-    `fields`; check_line(example, "path:line") raises on a line its type refuses."""
+    `fields`, its text fields strings (check_texts); check_line(example, "path:line") raises
+    on a line its type refuses."""
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                ex = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
-            if not isinstance(ex, dict):
-                raise TaskDataError(f"{path}:{line_no}: expected a JSON object")
-            if not any(all(k in ex for k in shape) for shape in fields):
-                _require(ex, fields[-1], path, line_no)
-            if check_line is not None:
-                check_line(ex, f"{path}:{line_no}")
-            ex["_where"] = f"{path}:{line_no}"
-            examples.append(ex)
+    for line_no, line in text_lines(path):
+        if not line.strip():
+            continue
+        try:
+            ex = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg})") from None
+        if not isinstance(ex, dict):
+            raise TaskDataError(f"{path}:{line_no}: expected a JSON object, got "
+                                f"{json_kind(ex)}")
+        if not any(all(k in ex for k in shape) for shape in fields):
+            _require(ex, fields[-1], path, line_no)
+        check_texts(ex, f"{path}:{line_no}")
+        if check_line is not None:
+            check_line(ex, f"{path}:{line_no}")
+        ex["_where"] = f"{path}:{line_no}"
+        examples.append(ex)
     if not examples:
         raise TaskDataError(f"{path}: no examples")
     return examples
@@ -65,8 +131,9 @@ def read_glue_tsv(path: str, skipped: list | None = None) -> list[dict]:
     when a `skipped` list is given, appended to it and left out (QQP's train
     file has a few such rows; GLUE's own loaders drop them).
     """
-    with open(path, encoding="utf-8-sig", newline="") as f:
-        rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    text = read_text(path, "utf-8-sig")
+    rows = list(csv.reader(io.StringIO(text, newline=""), delimiter="\t",
+                           quoting=csv.QUOTE_NONE))
     if not rows:
         raise TaskDataError(f"{path}: empty file")
     header = rows[0]

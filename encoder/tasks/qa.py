@@ -24,25 +24,34 @@ import numpy as np
 
 from encoder.eval import metrics as metrics_lib
 from encoder.model import heads, models
-from encoder.tasks import bow
+from encoder.tasks import bow, files
 from encoder.tasks.base import Baseline, Export, Task, TaskDataError, weighted_mean
 
 
 def read_squad(path: str) -> list[dict]:
-    """SQuAD v1.1 JSON -> qa examples (every gold answer kept in `answers`)."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
+    """SQuAD v1.1 JSON -> qa examples (every gold answer kept in `answers`); a question with
+    no answer (SQuAD v2's unanswerable ones) is refused by the line checks."""
+    try:
+        data = json.loads(files.read_text(path))
+    except json.JSONDecodeError as e:
+        raise TaskDataError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
     examples = []
-    for article in data.get("data", []):
-        for para in article.get("paragraphs", []):
-            for qa in para.get("qas", []):
-                answers = qa.get("answers") or [{"text": "", "answer_start": 0}]
-                first = answers[0]
-                examples.append({"id": qa.get("id"), "question": qa["question"],
-                                 "context": para["context"], "answer_text": first["text"],
-                                 "answer_start": first["answer_start"],
-                                 "answers": [a["text"] for a in answers],
-                                 "_where": f"{path}:{qa.get('id')}"})
+    try:
+        for article in data.get("data", []):
+            for para in article.get("paragraphs", []):
+                for qa in para.get("qas", []):
+                    answers = qa.get("answers") or [{"text": "", "answer_start": 0}]
+                    first = answers[0]
+                    examples.append({"id": qa.get("id"), "question": qa["question"],
+                                     "context": para["context"], "answer_text": first["text"],
+                                     "answer_start": first["answer_start"],
+                                     "answers": [a["text"] for a in answers],
+                                     "_where": f"{path}:{qa.get('id')}"})
+    except (AttributeError, KeyError, TypeError) as e:
+        what = f"no {e.args[0]!r} field" if isinstance(e, KeyError) else "a field of the wrong type"
+        raise TaskDataError(f"{path}: not a SQuAD v1.1 file ({what} in question "
+                            f"{len(examples) + 1}; expected data/paragraphs/qas with question, "
+                            "context and answers)") from None
     if not examples:
         raise TaskDataError(f"{path}: no SQuAD questions found")
     return examples
@@ -218,11 +227,25 @@ class QA(Task):
     label_fields = (("start_positions", (), "int32"), ("end_positions", (), "int32"),
                     ("context_mask", ("T",), "int32"))
 
-    @staticmethod
-    def check_line(example, where):
-        start = example["answer_start"]
-        if example["context"][start:start + len(example["answer_text"])] != example["answer_text"]:
+    @classmethod
+    def check_line(cls, example, where):
+        start, answer = example["answer_start"], example["answer_text"]
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            hint = (f"; write it as a number: {int(start)}" if isinstance(start, str)
+                    and start.strip().isdigit() else "")
+            raise TaskDataError(f"{where}: answer_start is {files.json_kind(start)}; expected "
+                                "the answer's character offset in the context, an integer "
+                                f">= 0{hint}")
+        if not answer.strip():
+            raise TaskDataError(f"{where}: the answer is empty: every question needs its answer "
+                                "span (unanswerable questions, as in SQuAD v2, are not "
+                                "supported); drop the line or give its answer")
+        if example["context"][start:start + len(answer)] != answer:
             raise TaskDataError(f"{where}: answer_text is not at answer_start in the context")
+        golds = example.get("answers", [answer])
+        if not all(isinstance(a, str) and a.strip() for a in golds):
+            raise TaskDataError(f"{where}: every gold answer must be a non-empty string; "
+                                f"answers holds {files.json_kind(golds)}")
 
     @property
     def num_labels(self) -> int:

@@ -4,12 +4,15 @@ Examples: {"text", "label"} or {"text_a", "text_b", "label"} with a number as la
 Baseline: TF-IDF ridge regression (`bow`); a constant has no correlation, so no
 `majority`.
 """
+import math
+
 import numpy as np
 
 from encoder.eval import metrics as metrics_lib
 from encoder.model import models
 from encoder.tasks import bow, files
-from encoder.tasks.base import Baseline, Export, Task, TaskDataError, check_labelled, weighted_mean
+from encoder.tasks.base import (Baseline, Export, Task, TaskDataError, check_labelled,
+                                weighted_mean, where_file)
 
 
 def featurize_scores(examples, tokenizer, max_len: int) -> dict:
@@ -46,18 +49,34 @@ class Regression(Task):
     def num_labels(self) -> int:
         return 1
 
-    def check(self, examples, split):
+    @classmethod
+    def check_line(cls, example, where):
+        if "label" not in example:
+            return
+        label = example["label"]
+        try:
+            if isinstance(label, bool):
+                raise ValueError
+            value = float(label)
+        except (TypeError, ValueError):
+            raise TaskDataError(f"{where}: regression label {label!r} is not a number") from None
+        if not math.isfinite(value):
+            raise TaskDataError(f"{where}: regression label {label!r} is not a finite number "
+                                "(a NaN or infinite target makes the loss NaN at the first "
+                                "batch holding it); fix or drop that line")
+
+    @classmethod
+    def check(cls, examples, split):
         if not check_labelled(examples, split):
             return
-        for ex in examples:
-            label = ex["label"]
-            try:
-                if isinstance(label, bool):
-                    raise ValueError
-                float(label)
-            except (TypeError, ValueError):
-                raise TaskDataError(f"{ex['_where']}: regression label {label!r} is not a "
-                                    "number") from None
+        values = {float(ex["label"]) for ex in examples}
+        if len(values) == 1:
+            why = ("a regression head learns nothing from them and the dev Pearson and "
+                   "Spearman are undefined" if split == "train" else
+                   "Pearson and Spearman are undefined on constant labels")
+            raise TaskDataError(
+                f"{where_file(examples)}: all {len(examples)} {split} labels are "
+                f"{values.pop():g}: {why}; give labels that vary")
 
     def featurize(self, examples):
         return featurize_scores(examples, self.tokenizer, self.config.data.max_seq_len), None
@@ -65,7 +84,8 @@ class Regression(Task):
     def loss(self, out, batch):
         return weighted_mean((out[:, 0] - batch["labels"]) ** 2, batch["weight"])
 
-    def has_gold(self, examples):
+    @classmethod
+    def has_gold(cls, examples):
         return all("label" in ex for ex in examples)
 
     def score(self, out, examples, arrays, meta):

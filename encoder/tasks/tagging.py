@@ -1,21 +1,28 @@
-"""Token tagging (NER, POS): a label per word on its first piece, entity F1 (BIO).
+"""Token tagging (NER, chunks): a label per word on its first piece, entity F1 (BIO).
 
-Examples: {"tokens": [...], "tags": [...]}, one tag per word. The label sits on each
+Examples: {"tokens": [...], "tags": [...]}, one BIO tag per word (O, B-TYPE, I-TYPE; any
+other tag is refused at reading, naming file:line: entity F1 would count it as no entity;
+per-word tags such as POS are written B-TAG, each word its own entity). The label sits on each
 word's first piece, other pieces get IGNORE; the per-token probe (encoder/jobs/probe.py)
 reads the same alignment. Baselines: each word's most frequent training tag (`bow`),
 the most frequent tag (`majority`).
 """
 import collections
+import re
 
 import jax.numpy as jnp
 import numpy as np
 
 from encoder.eval import metrics as metrics_lib
 from encoder.model import models
+from encoder.tasks import files
 from encoder.tasks.base import (IGNORE, Baseline, Export, LabelSet, Task, TaskDataError,
                                 softmax_nll)
 
 OUTSIDE = "O"  # BIO's outside tag: a word with no prediction (truncated, unseen) gets it
+# The tags entity F1 reads (encoder/eval/metrics.py bio_entities): O, B and I (a type after
+# a dash, or none: one entity type).
+BIO = re.compile(r"O|[BI](-.+)?", re.DOTALL)
 
 
 def featurize_tagging(examples, tokenizer, max_len: int, labels: LabelSet):
@@ -81,23 +88,31 @@ class Tagging(Task):
     probe = "token"
     label_fields = (("labels", ("T",), "int32"),)
 
-    @staticmethod
-    def check_line(example, where):
+    @classmethod
+    def check_line(cls, example, where):
+        for key in ("tokens", "tags"):
+            value = example[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise TaskDataError(f"{where}: {key!r} must be a list of strings, "
+                                    f"got {files.json_kind(value)}")
         if len(example["tokens"]) != len(example["tags"]):
             raise TaskDataError(f"{where}: {len(example['tokens'])} tokens but "
                                 f"{len(example['tags'])} tags")
+        for i, tag in enumerate(example["tags"]):
+            if not BIO.fullmatch(tag):
+                raise TaskDataError(
+                    f"{where}: tag {tag!r} (word {i + 1}, {example['tokens'][i]!r}) is not a "
+                    "BIO tag (O, B-TYPE or I-TYPE): tagging is scored by entity F1 over BIO "
+                    "spans, where any other tag is no entity; write spans as B-/I- tags (a "
+                    "tag per word, as POS, as B-TAG)")
 
     @classmethod
     def label_names(cls, examples):
         return sorted({t for ex in examples for t in ex["tags"]})
 
-    def check(self, examples, split):
-        for ex in examples:
-            for key in ("tokens", "tags"):
-                value = ex[key]
-                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                    raise TaskDataError(f"{ex['_where']}: {key!r} must be a list of strings, "
-                                        f"got {type(value).__name__} {str(value)[:40]!r}")
+    @classmethod
+    def labels_of(cls, example):
+        return list(example["tags"])
 
     def featurize(self, examples):
         return featurize_tagging(examples, self.tokenizer, self.config.data.max_seq_len,
