@@ -131,8 +131,25 @@ def inputs_changed(workdir: str, inputs: dict) -> list[str]:
         return []
     recorded = read_inputs(workdir)
     if recorded is None:
-        return [NO_INPUTS]
+        return _legacy_changes(workdir, inputs)
     return identity.changes(recorded, inputs)
+
+
+def _legacy_changes(workdir: str, inputs: dict) -> list[str]:
+    """A run from before inputs.json: one that started from a model cannot be told to be
+    this model's (stale); one that reads only data (a pretraining run from scratch) is
+    compared through its job's own record of its data (run.json's fingerprints), so a
+    finished study's pretraining runs are not all rerun for want of the new record."""
+    saved = (_json(os.path.join(workdir, RUN)) or {}).get("data")
+    if inputs.get("source") or saved is None:
+        return [NO_INPUTS]
+    from encoder.data import corpus
+    out = []
+    for name, d in (inputs.get("data") or {}).items():
+        old = saved.get(f"data.{name}", {})
+        out += [f"data {name}: {line}" for line in
+                corpus.fingerprint_diff(old, corpus.fingerprint(d["path"], old))]
+    return out
 
 
 def status(workdir: str, config: dict, inputs: dict | None = None) -> Status:

@@ -166,3 +166,97 @@ def test_a_table_that_mixes_checkpoints_says_so(tmp_path):
     header, first, second = path.read_text().splitlines()
     assert header.split(",")[-3:] == ["checkpoint", "data", "dir"]
     assert "step 20 sha256:aa" in first and "step 60 sha256:bb" in second
+
+
+def test_an_ablation_row_names_the_checkpoint_it_scored(tmp_path):
+    """runs.csv carries each run's final checkpoint (step, content hash) and data hashes; a
+    row that did not score its planned last step is named above the table."""
+    from experiments import pretrain as pretrain_exp
+    from encoder.studies import ablation
+    config = pretrain_exp.get_config("runlocal")
+    config.train.num_steps = 10
+    d = tmp_path / "runs" / "r"
+    fake_workdir(d, steps=(5, 10))
+    (d / "config.json").write_text(config.to_json())  # a real config: its parameter count
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 10, "train/loss": 2.0,
+                                                 "train/tokens_per_s": 1.0}) + "\n")
+    records.write_inputs(str(d), {"data": {"train_files": {"path": "t", "sha256": "abc"}}})
+    run = {"variant": "v", "seed": 0, "config": config, "dir": "r"}
+    row = ablation.read_run(run, str(tmp_path))
+    sha = identity.source_identity(str(d))["sha256"]
+    assert (row["checkpoint"], row["checkpoint_step"]) == (f"step 10 sha256:{sha}", 10)
+    assert row["data"] == "train_files:abc"
+    ablation.write_results([row], str(tmp_path))
+    with open(tmp_path / "runs.csv") as f:
+        header, line = f.read().splitlines()
+    assert header.endswith(",checkpoint,data") and line.endswith(f"step 10 sha256:{sha},"
+                                                                 "train_files:abc")
+    assert "WARNING" not in (tmp_path / "results.md").read_text()
+    shutil.rmtree(d / "checkpoints" / "10")  # its last checkpoint gone: step 5 is scored
+    ablation.write_results([ablation.read_run(run, str(tmp_path))], str(tmp_path))
+    assert ("**WARNING: not every row scored its planned final step:** v seed 0: step 5 of "
+            "10 planned") in (tmp_path / "results.md").read_text()
+
+
+def test_a_pretraining_run_records_its_data_and_start(tmp_path):
+    from experiments import pretrain as pretrain_exp
+    from encoder.studies import ablation
+    text = tmp_path / "corpus.txt"
+    text.write_text("some text\n\nanother document\n")
+    config = pretrain_exp.get_config("runlocal")
+    config.data.train_files = str(text)
+    config.init_from, config.init_step = fake_workdir(tmp_path / "stable", (4, 8)), 4
+    inputs = ablation.pretraining_inputs(config)
+    assert inputs["source"]["step"] == 4 and inputs["data"]["train_files"]["path"] == str(text)
+    text.write_text("edited text\n")
+    again = ablation.pretraining_inputs(config)
+    assert identity.changes(inputs, again)[0].startswith(f"data train_files: {text} changed")
+
+
+def test_a_pretraining_run_from_before_the_record_is_judged_by_its_own_data_record(tmp_path):
+    from encoder.data import corpus
+    text = tmp_path / "corpus.txt"
+    text.write_text("some text\n")
+    d = str(tmp_path / "r")
+    runner.prepare(runner.make_run("r", d, {"x": 1}), log=lambda *_: None)
+    with open(os.path.join(d, "run.json"), "w") as f:  # what the job recorded of its data
+        json.dump({"config": {}, "data": {"data.train_files": corpus.fingerprint(str(text))},
+                   "finished": {"step": 4}}, f)
+    inputs = {"data": {"train_files": identity.corpus_identity(str(text))}}
+    assert runner.make_run("r", d, {"x": 1}, inputs).status().state == "done"  # kept
+    text.write_text("other text, longer\n")
+    st = runner.make_run("r", d, {"x": 1}, {"data": {
+        "train_files": identity.corpus_identity(str(text))}}).status()
+    assert st.state == "stale" and st.detail.startswith(f"data train_files: file changed: ")
+    # one that started from a model: its checkpoint is unknown, so it is rerun
+    st = runner.make_run("r", d, {"x": 1}, {**inputs, "source": {"kind": "params"}}).status()
+    assert st.detail == records.NO_INPUTS
+
+
+def test_a_source_that_changes_while_the_suite_runs_fails_the_table(tmp_path, monkeypatch):
+    """W trained on while its suite's runs ran: the children may have loaded either model,
+    so the table says so and the command fails (the next start reruns the old runs)."""
+    import types
+    from encoder.checkpoints import sources
+    from encoder.studies.suite import battery
+    from helpers import topic_task
+    w = fake_workdir(tmp_path / "W", steps=(20,))
+    monkeypatch.setattr(sources, "load", lambda init_from: types.SimpleNamespace(
+        model_cfg=types.SimpleNamespace(hidden_size=32)))
+    planned = []
+
+    def execute(runs, launcher, log=print):
+        planned.extend(runs)
+        add_step(w, 60)  # the source trains on meanwhile
+        return [], []
+    monkeypatch.setattr(runner, "execute", execute)
+    topic_task(tmp_path / "tasks" / "topic", n_train=16, n_dev=8)
+    result = battery.run_suite(battery.SuiteOptions(
+        init_from=w, workdir=str(tmp_path / "out"), tasks=str(tmp_path / "tasks"),
+        preset="runlocal"))
+    assert planned and all(r.inputs["source"]["step"] == 20 for r in planned)
+    assert result["failed"] == 1 and result["failures"][0].startswith(
+        "the source changed while the suite ran (source: step 20 -> 60")
+    assert result["identity"]["source"]["step"] == 20
+    assert "CHANGED while the suite ran" in result["header"]["checkpoint"]
+    assert set(result["identity"]["data"]["topic"]) == {"train", "dev"}

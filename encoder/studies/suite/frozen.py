@@ -62,7 +62,7 @@ PROBE_MAX_TOKENS = 20000  # training words per tagging probe (a seeded draw)
 
 
 def probe_table(tasks: list, prepared: dict, src, preset: dict, opts: SuiteOptions,
-                root: str) -> dict:
+                root: str, source: dict | None = None) -> dict:
     """Per-layer probes of the classification, regression and tagging tasks
     (encoder/jobs/probe.py: whichever probe the type names; tagging per word, by entity F1)."""
     from encoder.tasks import readers as tasks_lib
