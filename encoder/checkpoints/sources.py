@@ -123,6 +123,7 @@ def load_tokenizer(init_from: str):
 
 def model_config(init_from: str):
     """The model config of a source alone (no parameter is read)."""
+    init_from, _ = split_step(init_from)
     if init_from.startswith("hf:"):
         from encoder.interop import hf
         raw = hf.read_config(init_from[3:])

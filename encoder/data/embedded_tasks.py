@@ -270,7 +270,7 @@ def retrieval_task(items, num_queries: int = 400, seed: int = 0):
 
 
 def retrieval_train_pairs(items, queries, limit: int = 4000, seed: int = 0) -> list[dict]:
-    """Contrastive training pairs for api_retrieval (issue 26): {"text_a": a first sentence,
+    """Contrastive training pairs for api_retrieval: {"text_a": a first sentence,
     "text_b": its document's text} for the unique first sentences that are no test query."""
     docs, _, _ = retrieval_task(items, num_queries=0, seed=seed)
     text = {d["_id"]: d["text"] for d in docs}

@@ -158,7 +158,9 @@ def set_vocabulary(config, tokens: int) -> None:
     extra rows are its own), a new model takes the tokenizer's tokens padded to a multiple
     of data.vocab_multiple, the padding masked out of the MLM softmax."""
     m = config.model
-    if config.init_from:
+    if config.init_from:  # the source's rows, padding and all
+        src = sources.model_config(config.init_from)
+        m.vocab_size, m.real_vocab_size = src.vocab_size, src.get("real_vocab_size", 0)
         if tokens > m.vocab_size:
             raise ValueError(f"the tokenizer has {tokens} tokens, init_from's model "
                              f"{m.vocab_size} rows: it is not the source's tokenizer")
@@ -389,32 +391,28 @@ def _start_full(run: Run, workdir: str):
     return data_state, step
 
 
-def _train(config, workdir: str, devices=None) -> dict:
-    run = build(config, workdir, devices)
-    cfg, plan = run.config, run.plan
-    init, said = None, []
-    if cfg.init_from and not store.has_checkpoint(workdir):  # a resume needs no source
-        src = sources.load(cfg.init_from)
-        check_source(cfg, src, run.tokenizer)
+def _source_init(run: Run, workdir: str, said: list):
+    """init(params, shardings) from init_from (a resume needs no source), after checking it
+    computes this model with this tokenizer; its load report goes into `said`."""
+    cfg = run.config
+    if not cfg.init_from or store.has_checkpoint(workdir):
+        return None
+    src = sources.load(cfg.init_from)
+    check_source(cfg, src, run.tokenizer)
+    if cfg.get("init_state", "params") != "params":
+        return None  # init_state=full: _start_full takes the whole state
 
-        def from_source(p, s):
-            out, lines = load_init_params(cfg.init_from, p, s, cfg.get("init_step", -1), src,
-                                          cfg.get("init_fresh", ""))
-            said.extend(lines)
-            return out
-        if cfg.get("init_state", "params") == "params":
-            init = from_source
-    source_data, _ = _start_full(run, workdir)
-    mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
-                                               cfg.train.keep_checkpoints, init)
-    if jax.process_index() == 0 and not os.path.exists(os.path.join(workdir, "tokenizer")):
-        run.tokenizer.save(os.path.join(workdir, "tokenizer"))  # the workdir is self-contained
-    state = start.state
-    data_state = start.data_state if start.step is not None else source_data
-    step0 = int(state.step)
-    for line in said:
-        report(line)
-    evaluate_start = bool(cfg.init_from) and start.step is None
+    def init(params, shardings):
+        out, lines = load_init_params(cfg.init_from, params, shardings,
+                                      cfg.get("init_step", -1), src, cfg.get("init_fresh", ""))
+        said.extend(lines)
+        return out
+    return init
+
+
+def _describe(run: Run, workdir: str, step0: int) -> int:
+    """The run's opening lines; returns the model's parameter count."""
+    cfg, plan = run.config, run.plan
     if step0 >= plan.total_steps:
         report(f"{workdir} already holds a finished run (step {step0} of "
                f"{plan.total_steps}); raise train.num_steps"
@@ -422,48 +420,81 @@ def _train(config, workdir: str, devices=None) -> dict:
     n_params, n_model = objectives.parameter_count(cfg)
     report(f"model: {cfg.objective}, size {cfg.model.size}, {n_model:,} parameters"
            + (f" ({n_params:,} with the generator)" if n_params != n_model else ""))
-    if cfg.get("phases"):
-        for line in plan.describe():
-            report(line)
-    last: dict = {}
-    it, it_stream = None, None
-    restored_meta = start.meta
+    for line in plan.describe() if cfg.get("phases") else ():
+        report(line)
+    return n_model
+
+
+def _loop_options(run: Run, prun: PhaseRun, phase) -> loop.LoopOptions:
+    cfg, pc = run.config, prun.config
+    return loop.LoopOptions(
+        num_steps=phase.end, log_every=cfg.train.log_every,
+        checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
+        tokens_per_step=pc.train.batch_size * pc.data.seq_len,
+        flops_per_step=prun.flops_per_step,
+        peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
+        learning_rate=run.plan.schedule, progress=cfg.train.progress, seed=cfg.seed,
+        time_budget_s=float(cfg.train.get("time_budget_s", 0.0)))
+
+
+class _Stream:
+    """The training batches across phases: a new iterator when a phase reads another
+    stream; only the first phase this process runs resumes a saved position."""
+
+    def __init__(self, run: Run, data_state):
+        self.run, self.data_state = run, data_state
+        self.it, self.stream = None, None
+
+    def for_phase(self, prun: PhaseRun, phase, step: int):
+        if self.it is None or self.stream != phase.stream:
+            self.it = pipeline.batch_iterator(
+                prun.train_rows, phase.fetch,
+                seed=phases_lib.stream_seed(self.run.config.seed, phase),
+                process_index=jax.process_index(), process_count=jax.process_count())
+            self.stream = phase.stream
+            if self.data_state is not None and phases_lib.resumes_stream(phase, step,
+                                                                         self.run.plan):
+                self.it.set_state(self.data_state)
+        self.data_state = None
+        return phases_lib.Batches(self.it, phase, step)
+
+
+def _train(config, workdir: str, devices=None) -> dict:
+    run = build(config, workdir, devices)
+    cfg, plan = run.config, run.plan
+    said: list = []
+    init = _source_init(run, workdir, said)
+    source_data, _ = _start_full(run, workdir)
+    mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
+                                               cfg.train.keep_checkpoints, init)
+    if jax.process_index() == 0 and not os.path.exists(os.path.join(workdir, "tokenizer")):
+        run.tokenizer.save(os.path.join(workdir, "tokenizer"))  # the workdir is self-contained
+    state = start.state
+    step0 = int(state.step)
+    for line in said:
+        report(line)
+    n_model = _describe(run, workdir, step0)
+    stream = _Stream(run, start.data_state if start.step is not None else source_data)
+    evaluate_start = bool(cfg.init_from) and start.step is None
+    last, restored_meta = {}, start.meta
     try:
         for phase in plan.phases[plan.index_at(step0):]:
             if step0 >= phase.end:  # a finished run: nothing left
                 break
             prun = build_phase(run, phase)
-            pc = prun.config
             if evaluate_start:  # the source's figures, before its first step here
                 _evaluate_start(run, prun, state, writer, step0)
                 evaluate_start = False
             if phase.index == plan.index_at(step0) or not cfg.get("phases"):
-                report(data_passes(len(prun.train_rows), phase.steps, pc.train.batch_size,
-                                   pc.data.seq_len))
-            if it is None or it_stream != phase.stream:
-                it = pipeline.batch_iterator(prun.train_rows, phase.fetch,
-                                             seed=phases_lib.stream_seed(cfg.seed, phase),
-                                             process_index=jax.process_index(),
-                                             process_count=jax.process_count())
-                it_stream = phase.stream
-                if data_state is not None and phases_lib.resumes_stream(phase, step0, plan):
-                    it.set_state(data_state)
-            data_state = None  # only the first phase of this process resumes a position
-            opts = loop.LoopOptions(
-                num_steps=phase.end, log_every=cfg.train.log_every,
-                checkpoint_every=cfg.train.checkpoint_every, eval_every=cfg.train.eval_every,
-                tokens_per_step=pc.train.batch_size * pc.data.seq_len,
-                flops_per_step=prun.flops_per_step,
-                peak_flops=cfg.train.peak_flops or flops.peak_flops_per_device(),
-                learning_rate=plan.schedule, progress=cfg.train.progress, seed=cfg.seed,
-                time_budget_s=float(cfg.train.get("time_budget_s", 0.0)))
+                report(data_passes(len(prun.train_rows), phase.steps,
+                                   prun.config.train.batch_size, prun.config.data.seq_len))
             state, last = loop.run_loop(
-                prun.trainer, state, phases_lib.Batches(it, phase, int(state.step)), mngr,
-                phases_lib.PhaseWriter(writer, phase, plan), opts, evaluate=_evaluate(prun),
-                meta={"objective": cfg.objective, "phase": phase.name,
-                      "phase_index": phase.index}, restored_meta=restored_meta)
-            restored_meta = None
-            step0 = int(state.step)
+                prun.trainer, state, stream.for_phase(prun, phase, int(state.step)), mngr,
+                phases_lib.PhaseWriter(writer, phase, plan), _loop_options(run, prun, phase),
+                evaluate=_evaluate(prun), meta={"objective": cfg.objective, "phase": phase.name,
+                                                "phase_index": phase.index},
+                restored_meta=restored_meta)
+            restored_meta, step0 = None, int(state.step)
             if last.pop("signalled", False):
                 last["stopped"] = step0 < plan.total_steps
                 break
@@ -471,6 +502,5 @@ def _train(config, workdir: str, devices=None) -> dict:
         mngr.close()
         writer.close()
     last.pop("signalled", None)
-    last["step"] = int(state.step)
-    last["parameters"] = n_model
+    last.update(step=int(state.step), parameters=n_model)
     return last

@@ -17,11 +17,12 @@ def _run(*args, timeout=900, xla_flags=CHILD_XLA_FLAGS):
 
 
 def test_readme_finetuning_command_beats_the_majority_class(tmp_path):
-    """The README's commands in order, pretraining shortened (30 steps, compiled as the
+    """The README's commands in order, pretraining shortened (30 steps, warmup 10, compiled as the
     tests compile), fine-tuning exactly as written, at XLA's defaults."""
     pre, tasks, ft = tmp_path / "tiny", tmp_path / "tasks", tmp_path / "ft_topic"
     _run("-m", "encoder.main", "--config=experiments/pretrain.py", f"--workdir={pre}",
-         "--config.train.num_steps=30", "--config.train.eval_every=0",
+         "--config.train.num_steps=30", "--config.train.warmup_steps=10",
+         "--config.train.eval_every=0",
          "--config.train.progress=false")
     _run("-m", "encoder.data.stdlib_tasks", "--out", str(tasks))
     out = _run("-m", "encoder.main",
