@@ -8,15 +8,18 @@ import sys
 from absl import flags
 
 from encoder import errors
-from encoder.data import pairs, preparation, shards
+from encoder.data import pairs, preparation, shards, tokenizer as tokenizer_lib
 from encoder.commands.one_line import one_line_errors
 
 flags.DEFINE_string("input", "", "files, folders or globs (comma-separated), or 'stdlib'")
 flags.DEFINE_string("out", None, "the prepared corpus folder", required=True)
-flags.DEFINE_string("tokenizer", "", "an existing .model or WordPiece folder")
+flags.DEFINE_string("tokenizer", "", "an existing tokenizer: a sentencepiece .model or any "
+                    "tokenizer.json folder (WordPiece, byte-level BPE, unigram)")
 flags.DEFINE_integer("vocab_size", 32768, "vocabulary of the tokenizer trained here")
 flags.DEFINE_integer("num_workers", 0, "worker processes (0: all cores)")
-flags.DEFINE_enum("tokenizer_type", "unigram", ["unigram", "bpe"], "sentencepiece model")
+flags.DEFINE_enum("tokenizer_type", "unigram", list(tokenizer_lib.TOKENIZER_TYPES),
+                  "the tokenizer trained here: sentencepiece unigram or bpe, or byte-level BPE "
+                  "(byte_bpe, a tokenizer.json folder)")
 flags.DEFINE_integer("sample_chars", 4_000_000, "tokenizer training sample")
 flags.DEFINE_float("valid_fraction", 0.05, "held-out share of documents (content hash)")
 flags.DEFINE_bool("one_doc_per_line", False, "one document per line (else blank-line blocks)")

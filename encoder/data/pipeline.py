@@ -183,7 +183,8 @@ def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,
     """data.tokenizer, or a sentencepiece model trained into WORKDIR/tokenizer (once)."""
     if data_cfg.tokenizer:
         return data_cfg.tokenizer
-    path = os.path.join(workdir, "tokenizer", "sp.model")
+    path = preparation.tokenizer_path(os.path.join(workdir, "tokenizer"),
+                                      data_cfg.get("tokenizer_type", "unigram"))
     if primary and not os.path.exists(path):
         held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
         s = _settings(data_cfg, held_out)

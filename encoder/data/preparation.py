@@ -237,6 +237,12 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
 _TOO_SMALL = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
+def tokenizer_path(folder: str, tokenizer_type: str) -> str:
+    """Where a tokenizer of this type trained into folder is read from (sp.model, or the
+    tokenizer.json of a byte-level BPE)."""
+    return os.path.join(folder, tokenizer_lib.tokenizer_type(tokenizer_type).filename)
+
+
 def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
                     tokenizer_type: str = "unigram", sample_chars: int = 4_000_000,
                     flag: str = "--vocab_size") -> str:
@@ -246,6 +252,10 @@ def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
     prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
     folder = os.path.dirname(os.path.abspath(model_path))
     new_folder = not os.path.exists(folder)
+    if tokenizer_lib.tokenizer_type(tokenizer_type).filename != "sp.model":  # byte_bpe
+        tokenizer_lib.train_tokenizer(tokenizer_type, sample_documents(units, s, sample_chars),
+                                      folder, vocab_size, sample_chars)
+        return model_path
     try:
         return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars),
                                                  prefix, vocab_size, tokenizer_type,
@@ -275,9 +285,12 @@ def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
 
 
 def install_tokenizer(source: str, out: str) -> str:
-    """Copies a .model file or a WordPiece folder into OUT/tokenizer; returns its path there."""
+    """Copies a .model file or a tokenizer.json folder (or its tokenizer.json) into
+    OUT/tokenizer; returns its path there."""
     dest_dir = os.path.join(out, "tokenizer")
     os.makedirs(dest_dir, exist_ok=True)
+    if os.path.basename(source) == "tokenizer.json":
+        source = os.path.dirname(source) or "."
     if os.path.isdir(source):
         for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json",
                      "special_tokens_map.json"):
@@ -534,7 +547,7 @@ def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int 
     check_settings(s, None if tokenizer else vocab_size)
     check_out(spec, out)
     units, plan_stats = plan_units(spec, s)
-    tok_path = os.path.join(out, "tokenizer", "sp.model")
+    tok_path = tokenizer_path(os.path.join(out, "tokenizer"), tokenizer_type)
     given_fp = None
     if tokenizer:
         given_fp = tokenizer_lib.load(tokenizer).fingerprint()

@@ -406,7 +406,11 @@ class HFTokenizer(Tokenizer):
         from tokenizers.models import WordPiece
         tj = os.path.join(folder, "tokenizer.json")
         if os.path.exists(tj):
-            tok = FastTokenizer.from_file(tj)
+            try:
+                tok = FastTokenizer.from_file(tj)
+            except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exception
+                raise ValueError(f"{tj}: not a readable tokenizer.json ({str(e)[:120]}): it is "
+                                 "truncated or damaged; copy it again") from None
         else:
             vocab = os.path.join(folder, "vocab.txt")
             if not os.path.exists(vocab):

@@ -181,3 +181,18 @@ def test_pairs_mode_refuses_a_prepared_corpus(prepared, tmp_path):
     with pytest.raises(ValueError, match="pack_mode='pairs'"):
         pipeline.open_pretraining_data(_data_cfg(prepared[0], pack_mode="pairs"),
                                        str(tmp_path), 0, pair_task="nsp")
+
+
+def test_a_byte_level_tokenizer_is_trained_and_read_back_by_prepare(text_corpus, tmp_path):
+    """--tokenizer_type=byte_bpe: prepare trains a tokenizer.json folder into OUT/tokenizer,
+    the shards hold its ids, and a second prepare given that tokenizer.json reads the same."""
+    folder, _ = text_corpus
+    out = str(tmp_path / "bb")
+    m = preparation.prepare(folder, out, SMALL_UNITS, vocab_size=400, tokenizer_type="byte_bpe")
+    assert "tokenizer.json" in os.listdir(os.path.join(out, "tokenizer"))
+    c = shards.PreparedCorpus(out)
+    tok = tokenizer_lib.load(c.tokenizer_path)
+    assert tok.vocab_size == 400 and type(tok).__name__ == "HFTokenizer"
+    again = preparation.prepare(folder, str(tmp_path / "again"), SMALL_UNITS,
+                                tokenizer=os.path.join(out, "tokenizer", "tokenizer.json"))
+    assert _manifest_core(again) == _manifest_core(m)

@@ -125,3 +125,13 @@ def test_padded_vocab_size():
     with pytest.raises(ValueError):
         tokenizer_lib.padded_vocab_size(0)
     assert np.all([tokenizer_lib.padded_vocab_size(n, 128) % 128 == 0 for n in range(1, 400)])
+
+
+def test_a_truncated_tokenizer_json_is_named(tmp_path):
+    from encoder.data import tokenizer as tokenizer_lib
+    folder = tmp_path / "tok"
+    folder.mkdir()
+    (folder / "tokenizer.json").write_text('{"version": "1.0", "model": {"type": "BPE", "voc')
+    with pytest.raises(ValueError, match=r"tokenizer.json: not a readable tokenizer.json .*"
+                                         r"truncated or damaged"):
+        tokenizer_lib.load(str(folder))
