@@ -34,6 +34,12 @@ in units of its standard error), DIR/loss_curves.png, DIR/final_metric.png.
 --suite runs the downstream suite (`python -m encoder.suite`, encoder/studies/suite/)
 on every pretraining run, in <run>/suite/, and adds its average (and each task's
 median) as suite/* columns; the suite average is then the primary metric.
+
+What every row scored is in runs.csv: the run's final checkpoint (step, content hash)
+and its data's hashes (encoder/eval/identity.py); each run records what it read in
+inputs.json, and a done run whose data (or start checkpoint) changed since is rerun. Two
+--sweep flags on one field (or an option and the field it sets) are refused, as is a
+second command on a study folder while one runs (DIR/LOCK, as a workdir's).
 """
 import dataclasses
 import itertools
