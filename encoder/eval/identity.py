@@ -4,7 +4,8 @@ for every score (issue 36: a suite rerun reported a step-20 score as the step-60
 `source_identity(init_from)` names a model as every job loads it (encoder/checkpoints/
 sources.py), without loading it:
 
-    pretraining workdir   its newest checkpoint step (or `step`), a sha256 over that step's
+    pretraining workdir   its newest checkpoint step (or `step`, or WORKDIR@STEP's), a
+                          sha256 over that step's
                           checkpoint files and the tokenizer, and its run record's hash
     fine-tuning workdir   a sha256 over best/ (parameters, head, labels) and the tokenizer,
                           the step best.json names
@@ -125,6 +126,11 @@ def source_identity(init_from: str, cache: HashCache | None = None,
     picks a pretraining workdir's checkpoint (None: its newest, what a job loads)."""
     cache = cache or HashCache()
     out = {"init_from": init_from}
+    # WORKDIR@STEP names a pretraining workdir's checkpoint (encoder/checkpoints/sources.py
+    # split_step; its rule repeated here: this module stays free of jax for the baselines)
+    path, sep, at = init_from.rpartition("@")
+    if sep and at.isdigit() and not init_from.startswith("hf:"):
+        init_from, step = path, int(at) if step is None else step
     if init_from.startswith("hf:"):
         folder = init_from[3:]
         if not os.path.isdir(folder):

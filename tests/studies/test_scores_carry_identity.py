@@ -260,3 +260,13 @@ def test_a_source_that_changes_while_the_suite_runs_fails_the_table(tmp_path, mo
     assert result["identity"]["source"]["step"] == 20
     assert "CHANGED while the suite ran" in result["header"]["checkpoint"]
     assert set(result["identity"]["data"]["topic"]) == {"train", "dev"}
+
+
+def test_a_workdir_at_a_step_is_that_checkpoint(tmp_path):
+    w = fake_workdir(tmp_path / "w", steps=(20, 60))
+    at = identity.source_identity(f"{w}@20")
+    assert (at["init_from"], at["step"]) == (f"{w}@20", 20)
+    assert at["sha256"] == identity.source_identity(w, step=20)["sha256"]
+    assert identity.source_identity(w)["step"] == 60
+    with pytest.raises(FileNotFoundError, match="no checkpoint at step 40"):
+        identity.source_identity(f"{w}@40")
