@@ -56,6 +56,11 @@ flags.DEFINE_list("only", [], "run only these tasks")
 flags.DEFINE_multi_string("finetune_set", [], "field=value for every fine-tuning run, e.g. "
                           "finetune.layer_decay=0.8 (repeatable)")
 flags.DEFINE_integer("probe_max_train", 2000, "training examples per probe")
+flags.DEFINE_string("watch", "", "a pretraining workdir: run this suite on each of its "
+                    "checkpoints once, as it trains, into --workdir/step_N/ and "
+                    "--workdir/curve.jsonl (encoder/studies/watch.py)")
+flags.DEFINE_float("watch_poll", 60.0, "--watch: seconds between looks for new checkpoints")
+flags.DEFINE_bool("watch_once", False, "--watch: score the checkpoints there now, then stop")
 FLAGS = flags.FLAGS
 
 
@@ -65,6 +70,22 @@ REBUILT = {".encoder-output.json", "LOCK", "tasks", "data"}
 
 def _stop_on_sigterm(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _watch(opts) -> None:
+    """--watch: the suite on each checkpoint of a run, once, into a folder of its own."""
+    from encoder.studies import watch
+    from encoder.studies.suite import battery
+    from encoder.train.workdir import Lock
+    errors.check_output(FLAGS.workdir, "watch", "--workdir")
+    with Lock(FLAGS.workdir):  # one watcher a folder
+        errors.mark_output(FLAGS.workdir, "watch", run=os.path.abspath(FLAGS.watch))
+        result = watch.watch(os.path.abspath(FLAGS.watch), os.path.abspath(FLAGS.workdir),
+                             opts, battery.run_suite,
+                             FLAGS.watch_poll, FLAGS.watch_once)
+    print(f"watched {FLAGS.watch}: {len(result['scored'])} checkpoints scored "
+          f"({FLAGS.workdir}/curve.jsonl)" + (f", {len(result['missed'])} missed"
+                                               if result["missed"] else ""))
 
 
 @one_line_errors(resumable=True)
@@ -84,8 +105,11 @@ def main(argv):
         lrs = tuple(float(x) for x in f.learning_rates)
     except ValueError:
         raise app.UsageError(f"--learning_rates must be numbers, got {f.learning_rates}") from None
-    if not f.init_from and not f.baseline:
-        raise app.UsageError("give the model (--init_from) or a --baseline")
+    if f.watch and (f.init_from or f.baseline):
+        raise app.UsageError("--watch scores a run's checkpoints: not with --init_from or "
+                             "--baseline")
+    if not f.init_from and not f.baseline and not f.watch:
+        raise app.UsageError("give the model (--init_from), a run to --watch, or a --baseline")
     opts = battery.SuiteOptions(
         init_from=f.init_from or "", workdir=f.workdir, tasks=f.tasks, preset=f.preset,
         baseline=f.baseline, seeds=f.seeds, learning_rates=lrs, epochs=f.epochs,
@@ -97,6 +121,8 @@ def main(argv):
         # a local suite takes --parallel itself; the options are a cluster launcher's
         launcher_options=(launcher_flags.options(f.parallel, job_name="suite")
                           if f.launcher != "local" else None))
+    if f.watch:
+        return _watch(opts)
     # The suite's folder: new, empty or an earlier suite's; one suite at a time on it (a
     # second refuses at start instead of colliding run by run).
     from encoder.train.workdir import Lock

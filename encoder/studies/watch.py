@@ -1,0 +1,137 @@
+"""Downstream scores on every checkpoint of a pretraining run: the curve, not only the end.
+
+    python -m encoder.suite --watch=WORKDIR --workdir=OUT [--probe_only] [suite flags]
+        [--watch_poll=60] [--watch_once]
+
+Follows WORKDIR (a pretraining run, running or finished) and runs the suite once on each
+checkpoint it keeps, into OUT/step_NNNNNNN/ (a suite folder of its own, as
+`encoder.suite --init_from=WORKDIR@STEP` writes). OUT/curve.jsonl gets one row a scored
+checkpoint: its step, the tokens and FLOPs trained to it, every task's score and the
+averages; OUT/watch.json records the steps scored, so a restarted watcher scores each
+checkpoint exactly once. It ends when the run has finished and its last checkpoint is
+scored (--watch_once: after scoring what is there now). A checkpoint the run's
+keep_checkpoints deleted before the watcher reached it is counted and named as missed.
+"""
+import dataclasses
+import json
+import os
+import time
+
+from encoder.train import metrics_io
+
+STATE = "watch.json"
+CURVE = "curve.jsonl"
+
+
+def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of a run's complete checkpoints (orbax's own folders, no tmp ones)."""
+    folder = os.path.join(workdir, "checkpoints")
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(n) for n in os.listdir(folder) if n.isdigit()
+                  and os.path.isdir(os.path.join(folder, n)))
+
+
+def finished(workdir: str) -> bool:
+    """The run recorded that it ran to its end (run.json's `finished`)."""
+    try:
+        with open(os.path.join(workdir, "run.json")) as f:
+            return "finished" in json.load(f)
+    except (OSError, ValueError):
+        return False
+
+
+def per_step(workdir: str) -> tuple[float, float]:
+    """(tokens, FLOPs) a step trains, from the run's resolved config (one phase)."""
+    import ml_collections
+    from encoder.train import flops
+    with open(os.path.join(workdir, "config.json")) as f:
+        cfg = ml_collections.ConfigDict(json.load(f))
+    return (float(cfg.train.batch_size * cfg.data.seq_len),
+            float(flops.config_train_flops_per_step(cfg)))
+
+
+def read_state(out: str) -> dict:
+    try:
+        with open(os.path.join(out, STATE)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {"scored": [], "missed": []}
+
+
+def curve_row(step: int, tokens: float, flops_: float, suite: dict) -> dict:
+    """One point of the curve: the suite's per-task medians, averages and probe layers."""
+    row = {"step": step, "tokens": step * tokens, "flops": step * flops_}
+    for task in suite.get("tasks", []):
+        row[f"suite/{task['task']}"] = task["median"]
+    for name, value in (suite.get("averages") or {}).items():
+        if isinstance(value, (int, float)):
+            row[f"suite/{name}"] = value
+    for task, probe in (suite.get("probes") or {}).items():
+        if probe.get("layers"):
+            row[f"probe/{task}/best"] = max(probe["layers"])
+            row[f"probe/{task}/last"] = probe["layers"][-1]
+    return row
+
+
+def score_new(workdir: str, out: str, opts, run_suite) -> list[dict]:
+    """Scores every checkpoint of workdir not scored yet; returns the new curve rows."""
+    state = read_state(out)
+    tokens, flops_ = per_step(workdir)
+    rows = []
+    for step in checkpoint_steps(workdir):
+        if step in state["scored"]:
+            continue
+        folder = os.path.join(out, f"step_{step:07d}")
+        suite = run_suite(dataclasses.replace(opts, init_from=f"{workdir}@{step}",
+                                              workdir=folder))
+        if suite.get("failed"):
+            raise RuntimeError(f"the suite on {workdir}@{step} failed; see {folder}")
+        row = curve_row(step, tokens, flops_, suite)
+        with open(os.path.join(out, CURVE), "a") as f:
+            f.write(json.dumps(row) + "\n")
+        state["scored"].append(step)
+        metrics_io.write_json(os.path.join(out, STATE), state)  # after the row: once each
+        print(f"scored {workdir}@{step}: " + ", ".join(
+            f"{k}={v:.2f}" for k, v in row.items() if k.startswith("suite/average")), flush=True)
+        rows.append(row)
+    return rows
+
+
+def note_missed(workdir: str, out: str) -> list[int]:
+    """Steps the run checkpointed (its metrics rows at checkpoint cadence) that are gone
+    and were never scored: the run keeps fewer checkpoints than the watcher needed."""
+    state = read_state(out)
+    kept = set(checkpoint_steps(workdir))
+    try:
+        with open(os.path.join(workdir, "config.json")) as f:
+            every = json.load(f)["train"]["checkpoint_every"]
+    except (OSError, ValueError, KeyError):
+        return []
+    last = max(kept, default=0)
+    missed = [s for s in range(every, last + 1, every)
+              if s not in kept and s not in state["scored"]]
+    if missed != state.get("missed"):
+        state["missed"] = missed
+        metrics_io.write_json(os.path.join(out, STATE), state)
+    return missed
+
+
+def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
+          once: bool = False, sleep=time.sleep) -> dict:
+    """Scores each checkpoint of workdir once, until the run has finished (or once)."""
+    if not os.path.isfile(os.path.join(workdir, "config.json")):
+        raise FileNotFoundError(f"--watch={workdir}: not a pretraining workdir (no "
+                                "config.json yet: start the run first)")
+    os.makedirs(out, exist_ok=True)
+    while True:
+        done = finished(workdir)  # read before scoring: a checkpoint after it is the last
+        score_new(workdir, out, opts, run_suite)
+        missed = note_missed(workdir, out)
+        if once or done:
+            state = read_state(out)
+            if missed:
+                print(f"missed {len(missed)} checkpoints deleted before they were scored "
+                      f"(steps {missed}): raise the run's train.keep_checkpoints", flush=True)
+            return {"scored": sorted(state["scored"]), "missed": missed, "finished": done}
+        sleep(poll_s)
