@@ -98,7 +98,8 @@ def test_mine_refuses_in_one_line_and_its_ctrl_c_is_one_line(tiny_pretrained, tm
     assert snapshot(tmp_path) == before  # no FOLDER.tmp beside it
     out = tmp_path / "triples.jsonl"
     p = subprocess.Popen([sys.executable, "-m", "encoder.retrieval.mine",
-                          f"--init_from={tiny_pretrained}", f"--pairs={pairs}", f"--out={out}"],
+                          f"--init_from={tiny_pretrained}", f"--pairs={pairs}", f"--out={out}",
+                          "--verbosity=0"],  # its reading of the model logs: the moment to stop
                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"},
                          stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     for line in p.stderr:  # the model is being read: the embedding comes next
