@@ -52,7 +52,7 @@ import numpy as np
 
 from encoder import config as config_lib, errors, tether
 from encoder.eval import identity
-from encoder.studies import jobconfig, records, report, runner
+from encoder.studies import jobconfig, records, report, runner, stats
 from encoder.train import flops
 
 HASHES = ".hashes.json"  # DIR/: each hashed data file's sha256 by size and date
@@ -384,47 +384,72 @@ def aggregate(rows: list[dict]) -> tuple[list[dict], list[str]]:
     return table, keys
 
 
-def separation(table, metric: str) -> None:
-    """Adds each variant's gap to the best, in standard errors of the difference."""
+def separation(table, rows: list[dict], metric: str) -> None:
+    """Adds, per variant, its metric's 95% interval over seeds, and its difference to the
+    best variant paired by seed (encoder/studies/stats.py): the difference's interval, the
+    verdict ("not separable" when it holds zero) and the smallest difference these seeds
+    could have detected."""
     higher_better = "loss" not in metric
     best = (max if higher_better else min)(table, key=lambda e: e.get(metric, float("nan")))
+
+    def by_seed(variant):
+        return {r["seed"]: r[metric] for r in rows if r["variant"] == variant and metric in r}
     for e in table:
-        gap = e[metric] - best[metric]
-        se = math.sqrt(e[f"{metric}_std"] ** 2 / e["seeds"] + best[f"{metric}_std"] ** 2 /
-                       best["seeds"])
-        e["gap_to_best"] = gap
-        if min(e["seeds"], best["seeds"]) < 2:  # one seed has no spread: no significance
-            e["gap_z"] = float("nan")
+        e["interval"] = stats.mean_interval(list(by_seed(e["variant"]).values()))
+        if e is best:
+            e["vs_best"], e["verdict"], e["detectable"] = None, "best", float("nan")
             continue
-        e["gap_z"] = abs(gap) / se if se > 0 else (0.0 if gap == 0 else float("inf"))
+        c = stats.compare(by_seed(best["variant"]), by_seed(e["variant"]))
+        e["vs_best"], e["detectable"] = c.difference, c.detectable
+        e["verdict"] = c.verdict(best["variant"], e["variant"])
+
+
+def _diff_text(iv) -> str:
+    if iv is None:
+        return "-"
+    if not math.isfinite(iv.low):
+        return f"{iv.mean:+.4f} (1 seed)"
+    return f"{iv.mean:+.4f} [{iv.low:+.4f}, {iv.high:+.4f}]"
 
 
 def write_results(rows: list[dict], root: str) -> list[dict]:
     table, keys = aggregate(rows)
     metric = primary_metric(rows)
-    separation(table, metric)
+    separation(table, rows, metric)
     report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed"] + keys + [
         "checkpoint", "data"], rows)
+    for e in table:  # the intervals as columns
+        iv, d = e["interval"], e["vs_best"]
+        e.update({f"{metric}_ci_low": iv.low, f"{metric}_ci_high": iv.high,
+                  "diff_to_best": d.mean if d else 0.0,
+                  "diff_ci_low": d.low if d else float("nan"),
+                  "diff_ci_high": d.high if d else float("nan")})
     report.write_dict_csv(os.path.join(root, "results.csv"), ["variant", "seeds"] + [
-        c for k in keys for c in (k, f"{k}_std")] + ["gap_to_best", "gap_z"], table)
+        c for k in keys for c in (k, f"{k}_std")] + [
+        f"{metric}_ci_low", f"{metric}_ci_high", "diff_to_best", "diff_ci_low", "diff_ci_high",
+        "verdict", "detectable"], table)
     extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
         "tokens_per_s", "flops", "parameters"] + [k for k in keys if k == "tokens"
                                                   or k.startswith("tokens/")]
-    lines = [f"Primary metric: `{metric}`; `gap (z)` is the gap to the best variant in "
-             "standard errors of the difference (z < 2: within the seed spread). Each run's "
-             "scored checkpoint (step, sha256) and data hashes: runs.csv.", ""]
+    lines = [f"Primary metric: `{metric}`: its mean with a 95% t interval over seeds; "
+             "`vs best`: the difference to the best variant paired by seed, with its 95% "
+             "interval; `verdict`: separable from zero at 95% or not; `detectable`: the "
+             "smallest true difference these seeds would show at 80% power. Each run's scored "
+             "checkpoint (step, sha256) and data hashes: runs.csv.", ""]
     short = [f"{r['variant']} seed {r['seed']}: step {r.get('checkpoint_step')} of "
              f"{r['steps']} planned" for r in rows if r.get("checkpoint_step") != r["steps"]]
     if short:  # a run stopped early (a time budget) or a checkpoint that is not its last
         lines = [f"**WARNING: not every row scored its planned final step:** "
                  f"{'; '.join(short)}", ""] + lines
     lines += report.markdown_table(
-        ["variant", "seeds", *show, "gap (z)"],
-        [[e["variant"], e["seeds"], *[cell(e, k) for k in show],
-          f"{e['gap_to_best']:+.4f}" + (" (1 seed: no z)" if math.isnan(e["gap_z"]) else
-                                        f" ({e['gap_z']:.1f})")] for e in table])
+        ["variant", "seeds", f"{metric} [95% CI]", *show, "vs best [95% CI]", "verdict",
+         "detectable"],
+        [[e["variant"], e["seeds"], e["interval"].text(4), *[cell(e, k) for k in show],
+          _diff_text(e["vs_best"]), e["verdict"],
+          f"{e['detectable']:.4f}" if math.isfinite(e["detectable"]) else "-"]
+         for e in table])
     text = "\n".join(lines) + "\n"
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write(text)

@@ -12,15 +12,22 @@ def test_a_repeated_sweep_value_is_refused():
         ablation.parse_sweep("model.position=rope,rope")
 
 
-def test_a_single_seed_gap_has_no_z():
-    table = [{"variant": "a", "seeds": 1, "m": 0.5, "m_std": 0.0},
-             {"variant": "b", "seeds": 1, "m": 0.4, "m_std": 0.0}]
-    ablation.separation(table, "m")
-    assert all(math.isnan(e["gap_z"]) for e in table)
-    two = [{"variant": "a", "seeds": 2, "m": 0.5, "m_std": 0.1},
-           {"variant": "b", "seeds": 2, "m": 0.4, "m_std": 0.1}]
-    ablation.separation(two, "m")
-    assert two[1]["gap_z"] == pytest.approx(0.1 / math.sqrt(0.01))
+def test_a_single_seed_gap_has_no_verdict_and_seeds_pair():
+    rows = [{"variant": "a", "seed": 0, "m": 0.5}, {"variant": "b", "seed": 0, "m": 0.4}]
+    table, _ = ablation.aggregate(rows)
+    ablation.separation(table, rows, "m")
+    assert table[0]["verdict"] == "best" and table[1]["verdict"] == "one seed: no verdict"
+    # three seeds, b below a by 0.10, 0.11, 0.12: paired, the interval excludes zero
+    rows = [{"variant": v, "seed": k, "m": m} for k, (x, y) in enumerate(
+        ((0.5, 0.40), (0.7, 0.59), (0.6, 0.48))) for v, m in (("a", x), ("b", y))]
+    table, _ = ablation.aggregate(rows)
+    ablation.separation(table, rows, "m")
+    b = table[1]
+    assert b["vs_best"].mean == pytest.approx(-0.11) and b["verdict"] == "a > b"
+    half = 4.302653 * 0.01 / math.sqrt(3)
+    assert b["vs_best"].high == pytest.approx(-0.11 + half, abs=1e-6)
+    # unpaired, the seeds' spread (0.1) would hide the same gap
+    assert b["interval"].half_width > 0.2
 
 
 def test_sweep_values_are_checked_against_the_fields_type():
