@@ -316,7 +316,8 @@ def read_run(run: dict, root: str) -> dict:
     evals = [r for r in rows if any(k.startswith("eval/") for k in r)]
     budget = run.get("budget") or phase_budget(run["config"])
     tps = [r["train/tokens_per_s"] for r in train[1:]] or [r["train/tokens_per_s"] for r in train]
-    out = {"variant": run["variant"], "seed": run["seed"], "steps": budget["steps"],
+    out = {"variant": run["variant"], "seed": run["seed"], "dir": run["dir"],
+           "steps": budget["steps"],
            "final_train_loss": train[-1]["train/loss"] if train else float("nan"),
            "tokens_per_s": float(np.mean(tps)) if tps else float("nan"),
            "flops": budget["flops"],
@@ -454,8 +455,37 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write(text)
     plot(rows, table, metric, root)
+    write_curves(rows, root)
     print(text)
     return table
+
+
+def write_curves(rows: list[dict], root: str) -> None:
+    """STUDY/curves.png and curves.md: every held-out and (watched) downstream metric
+    against FLOPs, variants overlaid with 95% bands, each variant against the first at
+    matched compute (encoder/studies/curves.py)."""
+    from encoder.studies import curves as curves_lib
+    found: dict = {}
+    for r in rows:
+        d = os.path.join(root, "runs", r["dir"]) if "dir" in r else None
+        if d is None or not r.get("steps"):
+            continue
+        per_step = r["flops"] / r["steps"]
+        tokens = r.get("tokens", 0) / max(r.get("checkpoint_step") or r["steps"], 1)
+        points = curves_lib.run_points(d, per_step, tokens,
+                                       os.path.join(root, "watch", r["dir"]))
+        if points:
+            found.setdefault(r["variant"], {})[r["seed"]] = points
+    metrics = sorted({k for seeds in found.values() for pts in seeds.values() for p in pts
+                      for k in p if k.startswith(("eval/", "suite/"))
+                      or (k.startswith("probe/") and k.endswith("/best"))})
+    if len(found) < 2 or not metrics:
+        return
+    curves_lib.plot(found, metrics, os.path.join(root, "curves.png"))
+    first, *others = list(found)
+    text = "\n".join(curves_lib.markdown(found, metrics, first, other) for other in others)
+    with open(os.path.join(root, "curves.md"), "w") as f:
+        f.write(text)
 
 
 def cell(entry: dict, key: str) -> str:
