@@ -301,8 +301,11 @@ def check_architecture(source: str, source_cfg, model_cfg, allowed: str = "") ->
 
 
 def check_tokenizer(source: str, source_tok, tok, what: str) -> None:
-    """The run's tokenizer must be the source's: ids mean tokens only through it."""
-    if source_tok.fingerprint() != tok.fingerprint():
+    """The run's tokenizer must be the source's: ids mean tokens only through it (the
+    same file, or the same tokenization trained apart: encoder/data/tokenization.py)."""
+    from encoder.data import tokenization
+    if source_tok.fingerprint() != tok.fingerprint() and (
+            tokenization.tokenization(source_tok) != tokenization.tokenization(tok)):
         raise ValueError(f"init_from {source} was trained with another tokenizer than {what} "
                          f"(vocabularies of {source_tok.vocab_size} and {tok.vocab_size} ids, "
                          f"fingerprints {source_tok.fingerprint()[:12]} and "

@@ -24,41 +24,10 @@ Texts without those literal strings tokenize identically (tested).
 import json
 import os
 
-from encoder.data import tokenizer as tokenizer_lib
+from encoder.data import tokenization, tokenizer as tokenizer_lib
 
 SPECIAL_ROLES = {"pad_token": "pad_id", "unk_token": "unk_id", "cls_token": "cls_id",
                  "sep_token": "sep_id", "mask_token": "mask_id"}
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    value, shift = 0, 0
-    while True:
-        b = buf[i]
-        i += 1
-        value |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return value, i
-
-
-def _fields(buf: bytes):
-    """(field number, wire type, value) of one protobuf message, in order."""
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            size, i = _varint(buf, i)
-            value, i = buf[i:i + size], i + size
-        elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
-        else:
-            raise ValueError(f"sentencepiece model: unsupported protobuf wire type {wire}")
-        yield number, wire, value
 
 
 def normalizer_spec(model_bytes: bytes) -> dict:
@@ -67,10 +36,10 @@ def normalizer_spec(model_bytes: bytes) -> dict:
             "remove_extra_whitespaces": True, "escape_whitespaces": True}
     names = {1: "name", 2: "precompiled_charsmap", 3: "add_dummy_prefix",
              4: "remove_extra_whitespaces", 5: "escape_whitespaces"}
-    for number, _, value in _fields(model_bytes):
+    for number, _, value in tokenization.wire_fields(model_bytes):
         if number != 3:
             continue
-        for n, _, v in _fields(value):
+        for n, _, v in tokenization.wire_fields(value):
             if n in names:
                 key = names[n]
                 spec[key] = v.decode() if key == "name" else (bool(v) if n >= 3 else v)
@@ -79,9 +48,9 @@ def normalizer_spec(model_bytes: bytes) -> dict:
 
 def _model_type(model_bytes: bytes) -> int:
     """TrainerSpec.model_type (ModelProto field 2, its field 3): 1 unigram, 2 BPE."""
-    for number, _, value in _fields(model_bytes):
+    for number, _, value in tokenization.wire_fields(model_bytes):
         if number == 2:
-            for n, _, v in _fields(value):
+            for n, _, v in tokenization.wire_fields(value):
                 if n == 3:
                     return v
     return 1  # the proto's default

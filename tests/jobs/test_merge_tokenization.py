@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from encoder.data import corpus, tokenizer as tokenizer_lib
+from encoder.data import corpus, tokenization, tokenizer as tokenizer_lib
 from encoder.jobs import merge
 
 
@@ -36,32 +36,32 @@ def test_two_trainings_of_one_config_are_one_tokenization(texts, tmp_path):
     a, b = _train(texts, tmp_path / "a"), _train(texts, tmp_path / "b")
     with open(a.path, "rb") as f, open(b.path, "rb") as g:
         assert f.read() != g.read()  # the bytes differ (the trainer's input path) ...
-    ta, tb = merge.tokenization(a), merge.tokenization(b)
-    assert merge.tokenization_diff(ta, tb) == []  # ... the tokenization does not
+    ta, tb = tokenization.tokenization(a), tokenization.tokenization(b)
+    assert tokenization.tokenization_diff(ta, tb) == []  # ... the tokenization does not
     assert ta["trainer"]["model_type"] == "unigram" and ta["normalizer"]["name"] == "nmt_nfkc"
     assert ta["special ids"] == {"pad": 0, "unk": 1, "cls": 2, "sep": 3, "mask": 4}
     assert ta["pieces"][4] == ("[MASK]", 0.0, 3) and len(ta["pieces"]) == a.vocab_size
 
 
 def test_a_different_tokenization_names_the_field(texts, tmp_path):
-    base = merge.tokenization(_train(texts, tmp_path / "a"))
-    smaller = merge.tokenization(_train(texts, tmp_path / "small", vocab_size=200))
-    diff = merge.tokenization_diff(smaller, base)
+    base = tokenization.tokenization(_train(texts, tmp_path / "a"))
+    smaller = tokenization.tokenization(_train(texts, tmp_path / "small", vocab_size=200))
+    diff = tokenization.tokenization_diff(smaller, base)
     assert diff[0].startswith("vocab_size: 200 vs 300") and any(
         d.startswith("pieces: 200 vs 300") for d in diff), diff
-    identity = merge.tokenization(_train(texts, tmp_path / "id",
+    identity = tokenization.tokenization(_train(texts, tmp_path / "id",
                                          normalization_rule_name="identity"))
-    diff = merge.tokenization_diff(identity, base)
+    diff = tokenization.tokenization_diff(identity, base)
     assert "normalizer.name: 'identity' vs 'nmt_nfkc'" in diff, diff
-    bpe = merge.tokenization(_train(texts, tmp_path / "bpe", model_type="bpe"))
-    assert "trainer.model_type: 'bpe' vs 'unigram'" in merge.tokenization_diff(bpe, base)
+    bpe = tokenization.tokenization(_train(texts, tmp_path / "bpe", model_type="bpe"))
+    assert "trainer.model_type: 'bpe' vs 'unigram'" in tokenization.tokenization_diff(bpe, base)
 
 
 def _retrained_path(model: bytes) -> bytes:
     """The same model as if trained from another temporary file: the trainer's `input`
     path (TrainerSpec field 1) replaced by another of the same length."""
-    trainer = next(v for n, v in merge._wire(model) if n == 2)
-    path = next(v for n, v in merge._wire(trainer) if n == 1)
+    trainer = next(v for n, v in tokenization._wire(model) if n == 2)
+    path = next(v for n, v in tokenization._wire(trainer) if n == 1)
     other = path[:-5] + (b"X" if path[-5:-4] != b"X" else b"Y") + path[-4:]
     assert len(other) == len(path) and other != path
     return model.replace(path, other)
