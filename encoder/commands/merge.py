@@ -7,7 +7,7 @@ The job (what is checked, what is written) is encoder/jobs/merge.py.
 """
 import json
 
-from absl import app, flags
+from absl import app, flags, logging
 
 from encoder.commands.one_line import one_line_errors
 
@@ -25,6 +25,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     from encoder.jobs import merge
     try:
         record = merge.merge(FLAGS.workdirs, FLAGS.out, FLAGS.method, FLAGS.weights,

@@ -20,7 +20,6 @@ The output is a params folder (model_config.json + params/ + tokenizer/ + merge.
 naming every input), which is a valid init_from for pretraining, fine-tuning,
 evaluation and export (encoder/checkpoints/sources.py).
 """
-import contextlib
 import json
 import os
 from typing import Callable
@@ -204,30 +203,10 @@ def _shape_diff(a, b, path="") -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def quiet_orbax():
-    """absl's verbosity at WARNING while this job reads and writes checkpoints, unless the
-    user gave --verbosity: orbax logs every handler and file at INFO (70 lines for one
-    checkpoint read and one folder written), which buried the result the command prints."""
-    from absl import flags, logging
-    try:
-        asked = bool(flags.FLAGS["verbosity"].present)
-    except KeyError:  # absl's logging flags not defined
-        asked = False
-    old = logging.get_verbosity()
-    if not asked and old > logging.WARNING:  # absl: a higher verbosity logs more
-        logging.set_verbosity(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.set_verbosity(old)
-
-
 def merge(workdirs: str, out: str, method: str = "average", weights: str = "",
           last: int = 0, tree: str = "params") -> dict:
     """Merges the checkpoints into the params folder `out`; returns merge.json's record."""
-    with quiet_orbax():
-        return _merge(workdirs, out, method, weights, last, tree)
+    return _merge(workdirs, out, method, weights, last, tree)
 
 
 def _merge(workdirs: str, out: str, method: str, weights: str, last: int,
