@@ -1,4 +1,4 @@
-"""One row of the retrieval table (BUILD_NOTES.md, "Retrieval (issue 26)"): a model, or BM25,
+"""One row of the retrieval table (BUILD_NOTES.md, Figures, "Retrieval"): a model, or BM25,
 scored on a BEIR folder at each Matryoshka dimension, one JSON line per dimension.
 
     python benchmarks/beir_eval.py --source=WORKDIR|hf:DIR|bm25 --beir=DIR [--dims=384,64]

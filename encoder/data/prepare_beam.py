@@ -4,7 +4,7 @@
         --beam_options="--runner=FlinkRunner --flink_master=HOST:8081 --environment_type=..."
 
 The same plan, the same `process_unit` and the same unit markers and
-manifest as the local engine (prepare.py): Beam only distributes the units.
+manifest as the local engine (preparation.py): Beam only distributes the units.
 The launching machine plans and trains (or installs) the tokenizer; each
 Beam worker tokenizes its units straight into DIR, which must be a file
 system every worker mounts (NFS, a FUSE-mounted bucket). A pipeline that
@@ -19,8 +19,8 @@ from typing import Callable, Iterable
 def run(units: Iterable, process: Callable, beam_options: str = "") -> None:
     """process(unit) for every unit, spread over a Beam pipeline's workers.
 
-    prepare.py plans the units and finalizes the manifest; this module only
-    distributes the work (so it imports nothing from prepare.py).
+    preparation.py plans the units and finalizes the manifest; this module only
+    distributes the work (so it imports nothing from preparation.py).
     """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions

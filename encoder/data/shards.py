@@ -1,6 +1,6 @@
 """Prepared corpora on disk, and packed rows read from them by random access.
 
-A prepared corpus (written by encoder/data/prepare.py) is a folder:
+A prepared corpus (written by encoder/data/preparation.py) is a folder:
 
     manifest.json            what it holds: tokenizer, splits, shards, counts, command
     tokenizer/               the tokenizer it was made with (sp.model or a WordPiece folder)

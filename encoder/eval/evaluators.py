@@ -1,7 +1,7 @@
 """Evaluators: what a training loop measures besides its loss, behind one interface.
 
 An evaluator is a callable `(params, step) -> {metric: value}`; `as_callback` turns a
-list of them into the trainer's evaluation callback (encoder.train.trainer.run_loop),
+list of them into the loop's evaluation callback (encoder/train/loop.py, Evaluate),
 so a job declares what it evaluates and the loop never asks which job it runs
 (big_vision's `config.evals`, as a list of objects instead of a registry of names).
 """

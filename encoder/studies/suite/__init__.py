@@ -1,5 +1,5 @@
 """The downstream suite: a GLUE-style battery, an MTEB-style embedding benchmark and
-per-layer probes, run by `python -m encoder.suite` (encoder/suite.py).
+per-layer probes, run by `python -m encoder.suite` (encoder/commands/suite.py).
 
 presets.py    the conventions as data (seeds, learning-rate grids, epochs, averages)
 glue.py       GLUE's tasks: files, columns, labels, metrics

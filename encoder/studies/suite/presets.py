@@ -6,7 +6,7 @@ decay, dropout, sequence lengths, the pooling rule, which tasks start from the
 MNLI model, and how the average is taken. Every field may be a plain value or
 a width table `((max_hidden_size, value), ...)` read at the source model's
 width (ELECTRA's learning rate depends on the model size). Command-line flags
-override single fields (encoder/suite.py).
+override single fields (encoder/commands/suite.py).
 
 Sources (BUILD_NOTES.md, "Downstream suite: conventions", says which values
 could be checked offline):
