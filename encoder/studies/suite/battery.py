@@ -43,58 +43,30 @@ def launcher_options(opts: SuiteOptions) -> dict:
     return {**(opts.launcher_options or {}), **({"env": opts.env} if opts.env else {})}
 
 
-def run_suite(opts: SuiteOptions) -> dict:
-    options.check_grid(opts)
-    if opts.baseline:
-        return run_baseline(opts)
+def _check(opts: SuiteOptions, root: str) -> None:
+    """What the options can be refused for before any task or model is read."""
     if not opts.init_from:
         raise ValueError("the suite needs a model (--init_from) or a --baseline")
-    from encoder.checkpoints import sources
-    from encoder.model import models
-    t0 = time.time()
-    root = os.path.abspath(opts.workdir)
-    os.makedirs(root, exist_ok=True)
     if opts.parallel < 1:
         raise ValueError(f"--parallel must be at least 1, got {opts.parallel}")
     if opts.probe_only:
         options.refuse_to_replace_finetuned_report(root)
-    tasks_dir, tasks = data.find_tasks(opts, root)
-    retrieval_notes = data.check_retrieval_tasks(tasks)
-    src = sources.load(opts.init_from)
-    preset = options.resolve_preset(opts, src.model_cfg.hidden_size)
-    models.validate_pooling(preset["pooling"])  # a typo fails here, not in every child
-    models.validate_pooling(opts.embedding_pooling)
     bad = [kv for kv in opts.finetune_set if "=" not in kv]
     if bad:
         raise ValueError(f"--finetune_set expects field=value, got {bad}")
-    plan_lib.check_sets(tasks, preset, opts)
-    rule = preset["average"]
-    seeds = list(range(preset["seeds"]))
-    prepared = data.prepare_tasks(tasks, root, preset, opts)
-    # What the scores will be of: the source's identity (checkpoint step, content hash),
-    # recorded with every run, cached score and table; a run of another model or data at
-    # the same paths is rerun, not reused (issue 36).
-    cache = identity.HashCache(os.path.join(root, HASHES))
-    source = identity.source_identity(opts.init_from, cache)
-    task_files = data.files_identity(tasks, cache)
-    starts = options.intermediate_plan(opts, preset, [t.name for t in tasks])
-    all_runs = [] if opts.probe_only else plan_lib.plan(tasks, prepared, preset, opts, root,
-                                                        starts, source, cache)
-    print(f"{len(tasks)} tasks, {len(all_runs)} fine-tuning runs "
-          f"({len(preset['learning_rates'])} learning rates x {len(seeds)} seeds); "
-          f"preset {opts.preset}", flush=True)
 
-    rows = frozen.embedding_rows(tasks, src, preset, opts, root, source, task_files)
-    probes = frozen.probe_table(tasks, prepared, src, preset, opts, root, source) \
-        if opts.probe or opts.probe_only else None
-    del src  # the children load their own copy
 
+def _fine_tune(all_runs: list, tasks: list, prepared: dict, rule: str, opts: SuiteOptions,
+               cache) -> tuple[list | None, list]:
+    """The fine-tuning grid through the runner: the first wave, then the runs that start
+    from another task's chosen run (RTE from MNLI). Returns (rows, failures); rows None
+    when the launcher returned before its runs ended (--detach, --dry_run)."""
     by_name = {t.name: t for t in tasks}
     first = [r for r in all_runs if not r.tags["after"]]
     launcher = launchers.make(opts.launcher, **launcher_options(opts))
     _, failures = runner.execute(first, launcher)
-    if launcher.detached:  # --detach / --dry_run: the same command later waits and reports
-        return {"detached": True, "failed": len(failures)}
+    if launcher.detached:
+        return None, failures
     second = []
     for run in [r for r in all_runs if r.tags["after"]]:
         after = run.tags["after"]
@@ -108,14 +80,18 @@ def run_suite(opts: SuiteOptions) -> dict:
         else:
             second.append(plan_lib.with_init_from(run, start, cache))
     _, more = runner.execute(second, launcher)
-    failures += more
-    final_runs = first + second
+    rows = []
     for task in tasks:
         if task.kind == "finetune":
-            rows += plan_lib.collect(task, [r for r in final_runs
+            rows += plan_lib.collect(task, [r for r in first + second
                                             if r.tags["task"] == task.name],
                                      prepared[task.name], rule)
+    return rows, failures + more
 
+
+def _header(opts: SuiteOptions, preset: dict, tasks: list, tasks_dir: str, source: dict,
+            starts, t0: float) -> dict:
+    rule = preset["average"]
     header = {"source": opts.init_from + (" (random initialisation: same architecture and "
                                           "tokenizer)" if opts.random_init else ""),
               "checkpoint": identity.describe(source),
@@ -131,14 +107,63 @@ def run_suite(opts: SuiteOptions) -> dict:
               "wall time (this invocation)": f"{time.time() - t0:.0f} s"}
     if opts.probe_only:  # no fine-tuned task is "missing": none was asked for
         header["fine-tuning"] = "none (--probe_only)"
+    return header
+
+
+def _source_changed(opts: SuiteOptions, source: dict, cache, header: dict) -> str | None:
+    """A failure line when the source was trained on (or replaced) while the suite ran."""
     now = identity.source_identity(opts.init_from, cache)
-    if not identity.same_source(now, source):  # trained on (or replaced) while we ran
-        changed = "; ".join(identity.changes({"source": source}, {"source": now}))
-        header["checkpoint"] += (f"; CHANGED while the suite ran ({changed}): runs started "
-                                 "after the change may have loaded the new model")
-        failures.append(f"the source changed while the suite ran ({changed}): its rows may "
-                        "mix two models; run the same command again (the runs of the old "
-                        "model are moved aside and rerun)")
+    if identity.same_source(now, source):
+        return None
+    changed = "; ".join(identity.changes({"source": source}, {"source": now}))
+    header["checkpoint"] += (f"; CHANGED while the suite ran ({changed}): runs started "
+                             "after the change may have loaded the new model")
+    return (f"the source changed while the suite ran ({changed}): its rows may mix two "
+            "models; run the same command again (the runs of the old model are moved aside "
+            "and rerun)")
+
+
+def run_suite(opts: SuiteOptions) -> dict:
+    options.check_grid(opts)
+    if opts.baseline:
+        return run_baseline(opts)
+    from encoder.checkpoints import sources
+    from encoder.model import models
+    t0, root = time.time(), os.path.abspath(opts.workdir)
+    _check(opts, root)
+    os.makedirs(root, exist_ok=True)
+    tasks_dir, tasks = data.find_tasks(opts, root)
+    retrieval_notes = data.check_retrieval_tasks(tasks)
+    src = sources.load(opts.init_from)
+    preset = options.resolve_preset(opts, src.model_cfg.hidden_size)
+    models.validate_pooling(preset["pooling"])  # a typo fails here, not in every child
+    models.validate_pooling(opts.embedding_pooling)
+    plan_lib.check_sets(tasks, preset, opts)
+    rule = preset["average"]
+    prepared = data.prepare_tasks(tasks, root, preset, opts)
+    # What the scores are of: the source's identity (checkpoint step, content hash),
+    # recorded with every run, cached score and table; a run of another model or data at
+    # the same paths is rerun, not reused.
+    cache = identity.HashCache(os.path.join(root, HASHES))
+    source = identity.source_identity(opts.init_from, cache)
+    task_files = data.files_identity(tasks, cache)
+    starts = options.intermediate_plan(opts, preset, [t.name for t in tasks])
+    all_runs = [] if opts.probe_only else plan_lib.plan(tasks, prepared, preset, opts, root,
+                                                        starts, source, cache)
+    print(f"{len(tasks)} tasks, {len(all_runs)} fine-tuning runs "
+          f"({len(preset['learning_rates'])} learning rates x {preset['seeds']} seeds); "
+          f"preset {opts.preset}", flush=True)
+    rows = frozen.embedding_rows(tasks, src, preset, opts, root, source, task_files)
+    probes = frozen.probe_table(tasks, prepared, src, preset, opts, root, source) \
+        if opts.probe or opts.probe_only else None
+    del src  # the children load their own copy
+    tuned, failures = _fine_tune(all_runs, tasks, prepared, rule, opts, cache)
+    if tuned is None:  # --detach / --dry_run: the same command later waits and reports
+        return {"detached": True, "failed": len(failures)}
+    rows += tuned
+    header = _header(opts, preset, tasks, tasks_dir, source, starts, t0)
+    changed = _source_changed(opts, source, cache, header)
+    failures += [changed] if changed else []
     cache.save()
     reported = [t for t in tasks if t.kind != "finetune"] if opts.probe_only else tasks
     return write_report(root, reported, rows, rule, header, failures,
