@@ -92,6 +92,9 @@ def featurize_qa(examples, tokenizer, max_len: int, stride: int, max_question: i
     (position 0). Returns the arrays plus per-window metadata for decoding.
     """
     rows, meta = [], []
+    # BERT's SQuAD recipe caps the question at 64 of 384 tokens; a short row keeps at least
+    # half of itself for the context (runlocal's 64-token rows took no context at all)
+    max_question = min(max_question, max_len // 2)
     for e, ex in enumerate(examples):
         q = tokenizer.encode(ex["question"])[:max_question]
         ctx_ids, offsets = tokenizer.encode_with_offsets(ex["context"])

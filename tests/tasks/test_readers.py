@@ -42,6 +42,21 @@ def test_qa_windows_map_the_gold_answer_back_exactly(sp_tok, which):
     assert covered == set(range(n_ctx))
 
 
+def test_a_long_question_leaves_short_rows_half_for_the_context(sp_tok):
+    """A question longer than the row (the embedded api_qa's longest at runlocal's 64 tokens)
+    is cut to half the row, as BERT's SQuAD recipe caps questions, instead of refusing."""
+    question = " ".join(["which function returns the value of the named attribute"] * 12)
+    context = "getattr: Return the value of the named attribute of object."
+    ex = {"question": question, "context": context, "answer_text": "getattr",
+          "answer_start": 0, "_where": "x"}
+    arrays, meta = qa.featurize_qa([ex], sp_tok, max_len=64, stride=24)
+    assert len(sp_tok.encode(question)) > 64
+    assert all(len(m["offsets"]) > 0 for m in meta)
+    assert (arrays["input_ids"][:, 32 + 2] != sp_tok.pad_id).all()  # context after 32 + 2
+    s0, e0 = int(arrays["start_positions"][0]), int(arrays["end_positions"][0])
+    assert s0 >= 34 and qa.qa_answer_text(ex, meta[0], s0, e0) == "getattr"  # after 1+32+1
+
+
 def test_malformed_lines_name_the_file_and_line(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text('{"text": "ok", "label": "a"}\n\n{"text": "broken", \n')
