@@ -74,13 +74,14 @@ def curve_row(step: int, tokens: float, flops_: float, suite: dict) -> dict:
     return row
 
 
-def score_new(workdir: str, out: str, opts, run_suite) -> list[dict]:
-    """Scores every checkpoint of workdir not scored yet; returns the new curve rows."""
+def score_new(workdir: str, out: str, opts, run_suite, steps=None) -> list[dict]:
+    """Scores every checkpoint of workdir not scored yet (of `steps`, where given); returns
+    the new curve rows."""
     state = read_state(out)
     tokens, flops_ = per_step(workdir)
     rows = []
     for step in checkpoint_steps(workdir):
-        if step in state["scored"]:
+        if step in state["scored"] or (steps is not None and step not in steps):
             continue
         folder = os.path.join(out, f"step_{step:07d}")
         suite = run_suite(dataclasses.replace(opts, init_from=f"{workdir}@{step}",
