@@ -47,4 +47,4 @@ def test_a_run_is_the_main_entry_point_on_its_config_file(tmp_path):
     assert cmd[3:] == [f"--config={run.workdir}/job_config.py", f"--workdir={run.workdir}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env=child_env())
-    assert out.returncode != 0 and "Unknown mode 'nothing'" in out.stderr
+    assert out.returncode != 0 and "Unknown config.mode 'nothing'" in out.stderr
