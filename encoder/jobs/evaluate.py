@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import config as config_lib
+from encoder import errors, config as config_lib
 from encoder.checkpoints import sources
 from encoder.data import pipeline
 from encoder.eval import evaluators, identity, pseudo_perplexity
@@ -27,9 +27,17 @@ from encoder.objectives import pretraining
 from encoder.train import metrics_io
 
 
+def _own_output(workdir: str, kind: str) -> None:
+    """The output folder is new, empty or this job's own earlier output (never a user's
+    folder, a run's workdir or an HF export: encoder/errors.py)."""
+    errors.check_output(workdir, kind, "--workdir")
+    errors.mark_output(workdir, kind)
+
+
 def embed(config, workdir: str) -> dict:
     if not config.data.input_file:
         raise ValueError("embed needs --config.data.input_file (one text per line)")
+    _own_output(workdir, "embed")  # before the model is read
     p = sources.load(config.init_from)
     # Before compiling: a length past a learned/sinusoidal table would read NaN rows.
     models.validate_config(p.model_cfg, config.data.max_seq_len)
@@ -39,7 +47,6 @@ def embed(config, workdir: str) -> dict:
         raise ValueError(f"{config.data.input_file}: no text")
     vecs = embed_texts(p.model_cfg, p.params, p.tokenizer, texts, config.pooling,
                        config.data.max_seq_len, config.eval.batch_size)
-    os.makedirs(workdir, exist_ok=True)
     np.save(os.path.join(workdir, "embeddings.npy"), vecs)
     with open(os.path.join(workdir, "texts.jsonl"), "w") as f:
         for t in texts:
@@ -125,6 +132,11 @@ def _held_out(config, p, proto: dict):
 
 
 def evaluate(config, workdir: str) -> dict:
+    _own_output(workdir, "evaluate")  # before the model is read
+    return _evaluate(config, workdir)
+
+
+def _evaluate(config, workdir: str) -> dict:
     """Held-out MLM metrics and pseudo-perplexity of a pretrained MLM model, under one
     protocol (`protocol`), with what was scored: eval.json's protocol, checkpoint and data."""
     proto = protocol(config)

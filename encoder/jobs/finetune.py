@@ -33,6 +33,7 @@ from encoder.data import pipeline, tokenizer as tokenizer_lib
 from encoder.eval import inference
 from encoder.finetune import defaults, frozen, lora
 from encoder.tasks.base import LabelSet, Task, TaskDataError
+from encoder.tasks import files as task_files
 from encoder.tasks.table import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
@@ -45,6 +46,9 @@ def validate(config, num_devices: int | None = None) -> None:
     """Names and numbers of a fine-tuning config, checked before anything is loaded."""
     registry.lookup(TASKS, config.task, "task")
     registry.lookup(dict.fromkeys(frozen.MODES), config.finetune.mode, "fine-tuning mode")
+    task_files.refuse_training_files_as_held_out(
+        config.data.train_file, **{f"--config.data.{k}": config.data.get(k, "")
+                                   for k in ("dev_file", "test_file")})
     models.validate_pooling(config.pooling)
     trainer_lib.check_train_config(config.train, num_devices)
     if config.train.num_epochs < 0:

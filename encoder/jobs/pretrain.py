@@ -94,11 +94,20 @@ def validate(config, num_devices: int | None = None) -> None:
 MIN_SEQ_LEN = 8  # [CLS] + [SEP] + a few text tokens, so that each row has tokens to mask
 
 
-def _same_files(a: str, b: str) -> bool:
-    """Whether two comma-separated file specs name the same files (paths normalised)."""
+def _same_files(valid: str, train: str) -> bool:
+    """Whether held-out files are training files: the same spec, or a held-out file among
+    the files the training spec expands to (a file inside a training folder)."""
     def norm(spec):
         return sorted(os.path.realpath(p.strip()) for p in spec.split(",") if p.strip())
-    return norm(a) == norm(b)
+    if norm(valid) == norm(train):
+        return True
+    from encoder.data import corpus
+    try:
+        trained = {os.path.realpath(p) for p in corpus.expand_paths(train)}
+        held = {os.path.realpath(p) for p in corpus.expand_paths(valid)}
+    except (OSError, ValueError):  # a spec that does not expand is refused where it is read
+        return False
+    return bool(held & trained)
 
 
 def check_fits(config, devices=None) -> None:

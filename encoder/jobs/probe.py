@@ -252,6 +252,8 @@ def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train:
           max_tokens: int = 20000, max_len: int = 128, seed: int = 0) -> dict:
     """Per-layer probes of the model at init_from on each task folder; writes
     out/probes.json and out/probes.png and returns the scores."""
+    from encoder import errors
+    errors.check_output(out, "probe", "--out")  # never a user's folder or a run's workdir
     src = sources.load(init_from)
     params = random_params(src.model_cfg, seed) if random_init else src.params
     scores = {}
@@ -262,7 +264,7 @@ def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train:
                                       max_len, seed, max_tokens)
         print(f"{name}: layers {[round(x, 3) for x in scores[name]['layers']]} "
               f"(control {[round(x, 3) for x in scores[name]['control']]})", flush=True)
-    os.makedirs(out, exist_ok=True)
+    errors.mark_output(out, "probe")
     from encoder.train import metrics_io
     metrics_io.write_json(os.path.join(out, "probes.json"), scores)
     heatmap(scores, os.path.join(out, "probes.png"))

@@ -114,6 +114,10 @@ def check_sweeps(sweeps: list[tuple[str, list]], base=None) -> None:
     the first's variants would never run (issue 36: rope was dropped from the table)."""
     seen: dict = {}
     for field, values in sweeps:
+        if field in ("seed", "config.seed"):
+            raise errors.UsageError(f"--sweep={field}=...: every variant already runs once per "
+                                    "seed index (config.seed = 0 .. --seeds-1); give "
+                                    "--seeds=N instead of sweeping the seed")
         if field in seen:
             merged = ",".join(str(v) for v in dict.fromkeys(seen[field][1] + values))
             raise errors.UsageError(

@@ -51,6 +51,29 @@ def per_step(workdir: str) -> tuple[float, float]:
             float(flops.config_train_flops_per_step(cfg)))
 
 
+SETTINGS = ("tasks", "preset", "only", "probe", "probe_only", "max_train", "max_eval",
+            "train_per_class", "embedding_pooling", "pooling", "seeds", "learning_rates",
+            "epochs", "random_init", "probe_max_train", "finetune_set")
+
+
+def check_settings(out: str, opts) -> None:
+    """A curve is one protocol: a watch folder refuses other suite settings than its own
+    (its rows would mix task sets), and records them on its first use."""
+    mine = {k: list(v) if isinstance(v, tuple) else v
+            for k, v in dataclasses.asdict(opts).items() if k in SETTINGS}
+    state = read_state(out)
+    old = state.get("settings")
+    if old is not None and old != mine:
+        diff = [f"{k}: {old.get(k)!r} -> {mine.get(k)!r}" for k in SETTINGS
+                if old.get(k) != mine.get(k)]
+        raise ValueError(f"--workdir={out} holds a curve of other suite settings ("
+                         + "; ".join(diff) + "): a curve mixing them would compare unlike "
+                         "rows; give another --workdir")
+    if old is None:
+        state["settings"] = mine
+        metrics_io.write_json(os.path.join(out, STATE), state)
+
+
 def read_state(out: str) -> dict:
     try:
         with open(os.path.join(out, STATE)) as f:
@@ -124,7 +147,14 @@ def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
     if not os.path.isfile(os.path.join(workdir, "config.json")):
         raise FileNotFoundError(f"--watch={workdir}: not a pretraining workdir (no "
                                 "config.json yet: start the run first)")
+    with open(os.path.join(workdir, "config.json")) as f:
+        cfg = json.load(f)
+    if "model" not in cfg or cfg.get("mode", "pretrain") != "pretrain":
+        raise ValueError(f"--watch={workdir}: not a pretraining workdir (a fine-tuning run or "
+                         "a HuggingFace folder has no checkpoints to follow; score it with "
+                         "--init_from)")
     os.makedirs(out, exist_ok=True)
+    check_settings(out, opts)
     while True:
         done = finished(workdir)  # read before scoring: a checkpoint after it is the last
         score_new(workdir, out, opts, run_suite)

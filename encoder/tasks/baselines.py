@@ -22,6 +22,7 @@ shared TF-IDF machinery is encoder/tasks/bow.py. The methods:
             correlation and no ranking).
 """
 from encoder.tasks.files import LabelSet, TaskDataError
+from encoder.tasks import files
 from encoder.tasks.table import TASKS, lookup
 
 
@@ -64,6 +65,7 @@ def read(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> tupl
 
 def run(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> dict:
     """{method: dev metrics} of every method with a predictor for this task type."""
+    files.refuse_training_files_as_held_out(train_path, **{"--dev": dev_path})
     train, dev = read(task, train_path, dev_path, tasks)
     return {name: score(task, dev, table[task](train, [dev])[0], tasks)
             for name, table in methods(tasks).items() if task in table}

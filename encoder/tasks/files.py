@@ -9,6 +9,7 @@ dev/test file is featurized.
 import csv
 import dataclasses
 import io
+import os
 import json
 
 import numpy as np
@@ -198,3 +199,21 @@ def encode_texts(examples, tokenizer, max_len: int) -> dict:
     feats = [tokenizer.encode_example(ex.get("text", ex.get("text_a")), ex.get("text_b"), max_len)
              for ex in examples]
     return {k: np.stack([f[k] for f in feats]) for k in feats[0]}
+
+
+def same_content(a: str, b: str) -> bool:
+    """Whether two task files are one file or byte-identical copies (a dev set that is the
+    training set scores memorisation, not generalisation)."""
+    import filecmp
+    if not a or not b or not os.path.isfile(a) or not os.path.isfile(b):
+        return False
+    return os.path.realpath(a) == os.path.realpath(b) or filecmp.cmp(a, b, shallow=False)
+
+
+def refuse_training_files_as_held_out(train: str, **held_out: str) -> None:
+    """Refuses a dev or test file that is the training file (by path or content)."""
+    for flag, path in held_out.items():
+        if same_content(train, path):
+            raise TaskDataError(f"{flag}={path} is the training file ({train}), by path or "
+                                "content: its scores would be training scores; give a "
+                                "held-out file")
