@@ -30,8 +30,7 @@ from encoder.train import metrics_io
 def _own_output(workdir: str, kind: str) -> None:
     """The output folder is new, empty or this job's own earlier output (never a user's
     folder, a run's workdir or an HF export: encoder/errors.py)."""
-    errors.check_output(workdir, kind, "--workdir")
-    errors.mark_output(workdir, kind)
+    errors.check_output(workdir, kind, "--workdir")  # marked when the result is written
 
 
 def embed(config, workdir: str) -> dict:
@@ -47,6 +46,7 @@ def embed(config, workdir: str) -> dict:
         raise ValueError(f"{config.data.input_file}: no text")
     vecs = embed_texts(p.model_cfg, p.params, p.tokenizer, texts, config.pooling,
                        config.data.max_seq_len, config.eval.batch_size)
+    errors.mark_output(workdir, "embed")
     np.save(os.path.join(workdir, "embeddings.npy"), vecs)
     with open(os.path.join(workdir, "texts.jsonl"), "w") as f:
         for t in texts:
@@ -186,7 +186,7 @@ def _evaluate(config, workdir: str) -> dict:
     result["eval/pppl_tokens"] = int(len(lp))
     result["eval/rows"] = int((n // bs) * bs)
     result.update(protocol=proto, checkpoint=scored, data=data)
-    os.makedirs(workdir, exist_ok=True)
+    errors.mark_output(workdir, "evaluate")
     metrics_io.write_json(os.path.join(workdir, "eval.json"), result)
     return result
 

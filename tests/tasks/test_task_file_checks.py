@@ -123,7 +123,7 @@ def test_the_baselines_refuse_what_fine_tuning_refuses(tmp_path, case):
     task, good, bad, match = BAD_LINES[case]
     good_path = _write(tmp_path / "good.jsonl", good)
     bad_path = _write(tmp_path / "bad.jsonl", good[:2] + [bad] + good[2:])
-    baselines.run(task, good_path, good_path)  # the good file scores
+    baselines.run(task, good_path, _write(tmp_path / "dev.jsonl", good + good[:1]))  # scores
     for train, dev in ((bad_path, good_path), (good_path, bad_path)):
         with pytest.raises(TaskDataError, match=r"bad\.jsonl" + match):
             baselines.run(task, train, dev)
