@@ -27,8 +27,10 @@ def test_baselines_on_null_text_name_the_line(tmp_path):
                               f"--train={bad}", f"--dev={good}")
     one_line(rc, err, "bad.jsonl:4: 'text' is null; expected a string")
     assert not out.strip()
+    dev = tmp_path / "dev.jsonl"
+    write_jsonl(dev, ROWS[::-1])  # a dev file of its own (the training file is refused)
     rc, out, err = run_module("encoder.eval.baselines", "--task=classification",
-                              f"--train={good}", f"--dev={good}")
+                              f"--train={good}", f"--dev={dev}")
     assert rc == 0 and "majority" in json.loads(out), err
 
 
@@ -52,8 +54,7 @@ def test_a_nan_regression_label_is_refused_before_training(tiny_pretrained, tmp_
                     "".join(json.dumps(r) + "\n" for r in rows[2:]))
     rc, _, err = run_module("encoder.main", "--config=experiments/finetune.py:task=regression,"
                             "runlocal", f"--config.init_from={tiny_pretrained}",
-                            f"--config.data.train_file={path}", f"--config.data.dev_file={path}",
-                            f"--workdir={wd}")
+                            f"--config.data.train_file={path}", f"--workdir={wd}")
     one_line(rc, err, "train.jsonl:3: regression label nan is not a finite number")
     assert not (wd / "checkpoints").exists() and "step" not in err
 
