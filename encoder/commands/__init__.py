@@ -56,7 +56,19 @@ def launch(name: str, argv: list[str] | None = None) -> None:
     sys.argv = [f"encoder {name}"] + argv[1:]
     module = importlib.import_module(f"encoder.commands.{name}")
     _help_names(module)
-    app.run(module.main, argv=sys.argv, flags_parser=parse_flags)
+    app.run(_kernel_named(module.main, name), argv=sys.argv, flags_parser=parse_flags)
+
+
+def _kernel_named(main, name: str):
+    """main, first renaming the process for the kernel `encoder-NAME`: absl names it after
+    argv[0] ("encoder NAME"), and a space in /proc/PID/stat's name field hides the process
+    from tools that parse that file by words, SLURM's proctrack/linuxproc among them (its
+    `scancel --signal` and time-limit signals then never reach the run)."""
+    def named_main(argv):
+        from absl import command_name
+        command_name.set_kernel_process_name(f"encoder-{name}")
+        return main(argv)
+    return named_main
 
 
 def _help_names(module) -> None:

@@ -45,3 +45,16 @@ def test_a_kept_name_and_the_front_door_run_the_same_command(name, tmp_path):
     rc, _, err = _run("-m", "encoder", name, *given, f"--out={tmp_path / 'o'}", "extra")
     assert rc == 1 and "unexpected arguments" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="no /proc here")
+def test_the_kernel_knows_a_command_by_a_name_without_spaces():
+    # absl names the process after argv[0], "encoder tasks"; SLURM's proctrack/linuxproc
+    # reads /proc/PID/stat by words and, on a space, never signals the run (stop 41's
+    # preempted runs ran on to their end)
+    probe = ("import sys; from encoder import commands; import encoder.commands.tasks as t; "
+             "t.main = lambda argv: print(open('/proc/self/comm').read().strip()); "
+             "commands.launch('tasks', ['x', '--out=unused'])")
+    rc, out, err = _run("-c", probe)
+    assert rc == 0, err
+    assert out.strip() == "encoder-tasks"
