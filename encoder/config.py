@@ -93,6 +93,8 @@ def base_config() -> ml_collections.ConfigDict:
     config.init_allow = ""             # init_from: model fields (norm,position) that may differ
                                        # from the source's (each computes another function)
     config.phases = ()                 # () one phase; else a tuple of dicts (encoder/train/phases.py)
+    config.evals = ml_collections.ConfigDict()  # name -> dict(kind=..., every=..., options):
+                                       # evaluators at their own cadence (encoder/eval/declared.py)
     config.model = model_config("tiny")
 
     config.masking = ml_collections.ConfigDict(dict(
@@ -277,6 +279,9 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
     c.data.tokenizer_sample_chars = 300_000
     c.train.update(dict(num_steps=20, batch_size=8, warmup_steps=1, log_every=5, eval_every=20,
                         eval_batches=2, checkpoint_every=20, progress=False))
+    # the declared task evaluators would take longer than the run (evals=TASKS adds them)
+    c.evals = ml_collections.ConfigDict({k: v for k, v in c.get("evals", {}).items()
+                                         if "task" not in v})
     if c.get("phases"):
         c.train.update(dict(warmup_steps=2, grad_accum_steps=1, batch_warmup_tokens=0,
                             eval_every=RUNLOCAL_PHASE_STEPS,
@@ -300,11 +305,15 @@ def experiment(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
     return apply_options(base_config(), defaults, OPTIONS)
 
 
-def finalize(config: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
-    """Applies the experiment arg (key=value,...) last; `runlocal` shrinks after everything."""
+def finalize(config: ml_collections.ConfigDict, arg: str | None,
+             after_runlocal: dict | None = None) -> ml_collections.ConfigDict:
+    """Applies the experiment arg (key=value,...) last; `runlocal` shrinks after everything
+    but the experiment's own options in after_runlocal ({name: setter(config, value)}:
+    what was asked for stays asked for at runlocal size, e.g. pretrain.py's evals=)."""
     options = parse_arg(arg)
     shrink = options.pop("runlocal", False)
+    after = {k: options.pop(k) for k in list(options) if k in (after_runlocal or {})}
     apply_options(config, options, OPTIONS)
     if shrink:
         runlocal(config)
-    return config
+    return apply_options(config, after, after_runlocal or {})

@@ -3,9 +3,12 @@
     python -m encoder.main --config=experiments/pretrain.py:objective=rtd,position=rope --workdir=DIR
 
 Options: see encoder.config.OPTIONS (size, objective, position, pooling, norm,
-activation, masking, mask_rate, seed, steps, runlocal).
+activation, masking, mask_rate, seed, steps, runlocal), and evals=sts_relatedness+topic:
+suite tasks scored on each checkpoint (encoder/jobs/evals.py; runlocal drops the
+experiment's own STS evaluator, and keeps what evals= asks for).
 """
 from encoder import config as config_lib
+from encoder.jobs import evals
 
 
 def get_config(arg=None):
@@ -19,4 +22,6 @@ def get_config(arg=None):
     config.model.attention_dropout = 0.0
     config.train.update(dict(num_steps=1200, batch_size=32, learning_rate=1e-3, warmup_steps=100,
                              log_every=100, eval_every=400, checkpoint_every=400))
-    return config_lib.finalize(config, arg)
+    # a downstream curve while it trains: frozen-embedding STS on each checkpoint
+    config.evals.sts_relatedness = evals.entry("embedding", task="sts_relatedness")
+    return config_lib.finalize(config, arg, {"evals": evals.set_from_tasks})

@@ -57,8 +57,15 @@ def _embed(config, workdir):
     return evaluate.embed(config, workdir)
 
 
-# config.mode -> the job (imported when chosen: each pulls in JAX and its own libraries)
-JOBS = {"pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate, "embed": _embed}
+def _suite(config, workdir):
+    from encoder.jobs import suite
+    return suite.run(config, workdir)
+
+
+# config.mode -> the job (imported when chosen: each pulls in JAX and its own libraries);
+# suite: a study's downstream suite as a run of its runner (encoder/jobs/suite.py)
+JOBS = {"pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate, "embed": _embed,
+        "suite": _suite}
 RESUMABLE = ("pretrain", "finetune")  # a stopped run of these resumes from its checkpoint
 
 
@@ -86,7 +93,8 @@ def _run(argv):
     config = FLAGS.config
     mode = config.get("mode", "pretrain")
     job = registry.lookup(JOBS, mode, "config.mode")
-    init_distributed(config.distributed)
+    if "distributed" in config:
+        init_distributed(config.distributed)
     result = job(config, FLAGS.workdir)
     if result.get("stopped"):  # stopped by SIGTERM/Ctrl-C: not a finished run (exit 75)
         print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "

@@ -353,6 +353,23 @@ def build_all(out_dir: str) -> dict:
     return counts
 
 
+def build_once(folder: str) -> str:
+    """folder, holding every task, built once per Python version (a stamp, built.json,
+    says for which): a second call reads what the first wrote."""
+    import sys
+    stamp = os.path.join(folder, "built.json")
+    version = {"python": sys.version, "tasks": sorted(TASK_META)}
+    if os.path.exists(stamp):
+        with open(stamp) as f:
+            if json.load(f) == version:
+                return folder
+    counts = build_all(folder)
+    print(f"embedded tasks built in {folder}: {json.dumps(counts)}", flush=True)
+    with open(stamp, "w") as f:
+        json.dump(version, f)
+    return folder
+
+
 def _earlier_build(folder: str) -> bool:
     """A folder written by this command before it left a marker: every task folder, each
     with its task.json, and nothing else (a user's folder with a topic/ is not one)."""

@@ -303,10 +303,36 @@ MUTABLE = ("train.num_epochs", "train.num_steps", "train.checkpoint_every",
            "distributed")
 
 
+SOURCE = "source.json"  # WORKDIR/: the identity of the model the run started from
+
+
+def check_source(workdir: str, init_from: str, primary: bool) -> None:
+    """The model at init_from is the one this run started from (its step and content hash,
+    encoder/eval/identity.py): a source trained on since is refused, not resumed from
+    (the run's checkpoints and best/ would be the old model's, reported as the new one's).
+    A new run records it."""
+    if not init_from:
+        return
+    from encoder.eval import identity
+    now = identity.source_identity(init_from)
+    path = os.path.join(workdir, SOURCE)
+    if store.has_checkpoint(workdir) and os.path.exists(path):
+        with open(path) as f:
+            then = json.load(f)
+        if not identity.same_source(then, now):
+            change = identity.changes({"source": then}, {"source": now})
+            raise ValueError(f"init_from={init_from}: not the model this run in {workdir} "
+                             f"started from ({'; '.join(change)}); fine-tune it into a new "
+                             "--workdir (or remove this one to start again)")
+    elif primary and not store.has_checkpoint(workdir):
+        metrics_io.write_json(path, now)
+
+
 def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
     validate(config)  # before the workdir is touched: a refused config writes nothing
     with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
+        check_source(workdir, config.init_from, jax.process_index() == 0)
         with store.disk_full_named(workdir):
             result = _finetune(config, workdir, devices)
         if not result.get("stopped") and jax.process_index() == 0:

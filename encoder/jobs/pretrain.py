@@ -28,6 +28,7 @@ from encoder import config as config_lib
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline
 from encoder.eval import evaluators
+from encoder.jobs import evals
 from encoder.objectives import objectives, pretraining
 from encoder.train import flops, memory, optimizer, partitioning, phases as phases_lib
 from encoder.train import loop, trainer as trainer_lib
@@ -41,6 +42,7 @@ MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval
            "train.checkpoint_every", "train.keep_checkpoints", "train.progress",
            "train.peak_flops", "train.debug_nan_at_step", "data.cache_dir", "mesh",
            "distributed", "model.attention_impl", "model.remat",
+           "evals",   # what is scored along the way, not what is trained
            "phases")  # appended phases only (phases.check_appended)
 INIT_STATES = ("params", "full")
 
@@ -53,6 +55,7 @@ def validate(config, num_devices: int | None = None) -> None:
     for name in ("num_steps", "log_every", "checkpoint_every"):
         if config.train[name] <= 0:
             raise ValueError(f"train.{name} must be positive, got {config.train[name]}")
+    evals.parse(config.get("evals"), config.train.checkpoint_every)
     if config.train.eval_every and config.train.eval_batches <= 0:
         raise ValueError(f"train.eval_batches must be positive when eval_every > 0, got "
                          f"{config.train.eval_batches}")
@@ -265,12 +268,12 @@ def build_phase(run: Run, phase) -> PhaseRun:
                     flops.config_train_flops_per_step(cfg))
 
 
-def held_out(run, prefix: str = "eval/") -> evaluators.HeldOut:
-    """The held-out evaluator: eval_batches fixed batches with fixed masks (a Run or a
-    PhaseRun: the phase's seq_len and batch size)."""
+def held_out(run, prefix: str = "eval/", num_batches: int = 0) -> evaluators.HeldOut:
+    """The held-out evaluator: eval_batches (or num_batches) fixed batches with fixed masks
+    (a Run or a PhaseRun: the phase's seq_len and batch size)."""
     cfg = run.config
     return evaluators.HeldOut(run.eval_fn, run.valid_rows, cfg.train.batch_size,
-                              cfg.train.eval_batches,
+                              num_batches or cfg.train.eval_batches,
                               objectives.OBJECTIVES[cfg.objective].eval_keys, run.trainer.shard,
                               prefix=prefix)
 
@@ -289,6 +292,17 @@ def _evaluate(prun: PhaseRun):
             out.update(on_ema(ema, step))
         return out
     return evaluate
+
+
+def _declared(run: Run, prun: PhaseRun, workdir: str) -> list:
+    """config.evals for this phase: its model, seq_len and held-out set."""
+    cfg = prun.config
+    if not cfg.get("evals"):
+        return []
+    held = None if prun.valid_rows is None else (
+        lambda n: held_out(prun, prefix="", num_batches=n))
+    context = evals.Context(cfg.model, run.tokenizer, workdir, cfg.data.seq_len, held)
+    return evals.build(cfg.evals, cfg.train.checkpoint_every, context)
 
 
 def _evaluate_start(run: Run, prun: PhaseRun, state, writer, step: int) -> None:
@@ -502,7 +516,7 @@ def _train(config, workdir: str, devices=None) -> dict:
                 phases_lib.PhaseWriter(writer, phase, plan), _loop_options(run, prun, phase),
                 evaluate=_evaluate(prun), meta={"objective": cfg.objective, "phase": phase.name,
                                                 "phase_index": phase.index},
-                restored_meta=restored_meta)
+                restored_meta=restored_meta, declared=_declared(run, prun, workdir))
             restored_meta, step0 = None, int(state.step)
             if last.pop("signalled", False):
                 last["stopped"] = step0 < plan.total_steps

@@ -46,11 +46,10 @@ import itertools
 import json
 import math
 import os
-import sys
 
 import numpy as np
 
-from encoder import config as config_lib, errors, tether
+from encoder import config as config_lib, errors
 from encoder.eval import identity
 from encoder.studies import jobconfig, records, report, runner, stats
 from encoder.train import flops
@@ -280,25 +279,19 @@ def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
     return out
 
 
-def suite_command(run: dict, root: str, tasks: str, extra: list) -> list[str]:
-    """The encoder.suite command for one pretraining run (its suite lives in <run>/suite)."""
-    d = run_dir(run, root)
-    cmd = [sys.executable, "-m", "encoder.suite", f"--init_from={d}",
-           f"--workdir={os.path.join(d, 'suite')}"]
-    return cmd + ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + list(extra)
-
-
-def suite_run(run: dict, root: str, tasks: str, extra: list) -> str | None:
-    """Runs (or resumes: finished fine-tuning runs are skipped) the suite on one run;
-    returns what went wrong, or None."""
-    import subprocess
-    d = run_dir(run, root)
-    log = os.path.join(d, "suite.log")
-    with open(log, "a") as f:
-        rc = subprocess.run(suite_command(run, root, tasks, extra), stdout=f,
-                            stderr=subprocess.STDOUT, cwd=runner.REPO,
-                            env=tether.child_env()).returncode  # ends with this study
-    return None if rc == 0 else f"the suite on {run['dir']} failed (exit {rc}); see {log}"
+def suite_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
+    """One suite job per pretraining run (encoder/jobs/suite.py): its records in
+    <run>/suite_job/, its scores in <run>/suite/; run by the study's launcher, like the
+    pretraining runs. The run it scores is its input: trained on since, it is rerun."""
+    out = []
+    for r in planned:
+        d = run_dir(r, root)
+        args = ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + list(extra)
+        config = {"mode": "suite", "suite": {"init_from": d, "out": os.path.join(d, "suite"),
+                                             "args": args}}
+        out.append(runner.make_run(f"{r['dir']}/suite", os.path.join(d, "suite_job"), config,
+                                   {"source": identity.source_identity(d)}))
+    return out
 
 
 def execute(runs: list, launcher) -> bool:
@@ -589,11 +582,9 @@ def _run_planned(study: Study, launcher, root: str, stables: list, planned: list
                 planned, root, study.finetune, study.finetune_data, study.finetune_set),
                 launcher):
             return
+        if study.suite and not execute(suite_runs(planned, root, study.suite,
+                                                  list(study.suite_args)), launcher):
+            return
     except RuntimeError as e:
         raise SystemExit(f"error: {e}") from None
-    if study.suite:  # each suite sends its fine-tuning runs through the same launcher
-        failed = [f for f in (suite_run(r, root, study.suite, list(study.suite_args))
-                              for r in planned) if f]
-        if failed:
-            raise SystemExit("error: " + "\n".join(failed))
     write_results([read_run(r, root) for r in planned], root)

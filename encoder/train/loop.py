@@ -4,7 +4,8 @@
         state, metrics = step(state, batch, rng)        # dispatched; metrics stay on device
         tick = Tick(step, state)
         stops decide tick.stop    (StepLimit, TimeBudget, Signal: the same on every process)
-        actions run in order      (TrainMetrics, Evaluate, KeepBest, WriteRow, Checkpoint)
+        actions run in order      (TrainMetrics, Evaluate, KeepBest, DeclaredEvals,
+                                   WriteRow, Checkpoint)
 
 Each action is a small object with its own state, called with the Tick after every step
 and deciding itself whether it is due (`every` steps, at the last step, on a stop). Metrics
@@ -264,6 +265,28 @@ class Evaluate:
 
 
 @dataclasses.dataclass
+class DeclaredEvals:
+    """config.evals (encoder/jobs/evals.py): each evaluator every `every` steps and at
+    the last step (not on a signal), as evals/NAME/METRIC in the row; a step its record
+    already scored (a resumed run replaying it) is read back, not scored again."""
+    evaluators: Sequence
+    record: Any  # metrics_io.ScoreRecord
+    window: Window
+
+    def __call__(self, tick: Tick) -> None:
+        final = tick.stop in ("done", "budget")
+        for ev in self.evaluators:
+            if not due(tick, ev.every, on_stop=final):
+                continue
+            self.window.absorb()  # never score a state whose loss was not checked
+            metrics = self.record.get(ev, tick.step)
+            if metrics is None:
+                metrics = ev.fn(tick.state.params, tick.step)
+                self.record.add(ev, tick.step, metrics)
+            tick.row.update({f"evals/{ev.name}/{k}": v for k, v in metrics.items()})
+
+
+@dataclasses.dataclass
 class WriteRow:
     """The step's row (training and evaluation metrics together) to metrics.jsonl,
     TensorBoard and a progress line; `history` keeps the latest value of every metric."""
@@ -376,13 +399,14 @@ class LoopOptions:
 def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
              opts: LoopOptions, evaluate: Callable | None = None,
              on_evaluation: Sequence[Callable] = (), meta: dict | None = None,
-             restored_meta: dict | None = None) -> tuple[Any, dict]:
+             restored_meta: dict | None = None, declared: Sequence = ()) -> tuple[Any, dict]:
     """Trains from state.step to opts.num_steps with the standard actions; returns (final
     state, the latest value of every metric, with "stopped" and "signalled").
 
     batches: an iterator of this process's numpy batches with get_state(). evaluate(state,
     step, last) -> metrics, every opts.eval_every steps and at the end; on_evaluation:
-    actions that read its row (fine-tuning's KeepBest) before it is written.
+    actions that read its row (fine-tuning's KeepBest) before it is written; declared:
+    config.evals' evaluators (encoder/jobs/evals.py), each at its own cadence.
     """
     start = int(state.step)
     budget = (TimeBudget(opts.time_budget_s, restored_meta, opts.log_every)
@@ -399,6 +423,9 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
                             opts.num_steps)]
     if evaluate is not None:
         actions += [Evaluate(evaluate, opts.eval_every, window, history), *on_evaluation]
+    if declared:
+        actions.append(DeclaredEvals(declared, metrics_io.ScoreRecord(
+            writer.workdir, jax.process_index() == 0), window))
     actions += [WriteRow(writer, history),
                 Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,
                            writer.workdir)]

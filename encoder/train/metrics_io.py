@@ -153,3 +153,42 @@ class Progress:
     def close(self):
         if self.enabled:
             sys.stderr.write("\n")
+
+
+# ------------------------------------------------ scores of declared evaluators
+
+SCORES = "evals.jsonl"
+
+
+class ScoreRecord:
+    """WORKDIR/evals.jsonl: one row a score of a declared evaluator (encoder/jobs/evals.py:
+    its name, step, key and metrics); what a resumed run reads back instead of scoring a
+    step again. ev: anything with .name and .key; primary: the process that writes."""
+
+    def __init__(self, workdir: str, primary: bool = True):
+        self.path = os.path.join(workdir, SCORES)
+        self.primary = primary
+        self.scores: dict = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                        self.scores[(row["name"], row["step"], row["key"])] = row["metrics"]
+                    except (ValueError, KeyError, TypeError):
+                        continue  # a torn last line (killed mid-write): that score is redone
+
+    def get(self, ev, step: int) -> dict | None:
+        return self.scores.get((ev.name, step, ev.key))
+
+    def add(self, ev, step: int, metrics: dict) -> None:
+        metrics = {k: float(v) for k, v in metrics.items()}
+        self.scores[(ev.name, step, ev.key)] = metrics
+        if not self.primary:
+            return
+        row = {"name": ev.name, "step": step, "key": ev.key, "metrics": metrics,
+               "time": time.time()}
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())

@@ -12,7 +12,8 @@ import pytest
 
 from encoder.eval import metrics
 from encoder.tasks import classification
-from encoder.studies.suite import battery, catalog
+from encoder.studies.suite import battery
+from encoder.tasks import catalog
 from helpers import ROOT, topic_task, write_glue
 from toy_tasks import RETRIEVAL, every_type, suite_csv
 

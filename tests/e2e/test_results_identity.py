@@ -97,3 +97,25 @@ def test_merge_prints_its_result_not_orbax_info(tiny_pretrained, tmp_path):
     rc, _, err = run_module("encoder.merge", f"--workdirs={tiny_pretrained}",
                             f"--out={tmp_path / 'loud'}", "--verbosity=0")
     assert rc == 0 and ABSL_INFO.search(err)  # asked for: there
+
+
+def test_a_fine_tuning_whose_source_was_trained_on_is_refused_not_resumed(tmp_path,
+                                                                          tiny_pretrained):
+    """Hostile pass 36 #51: the rerun reported the old source's scores as the new one's."""
+    from encoder.jobs import finetune, pretrain
+    from helpers import topic_config
+    src = str(tmp_path / "src")
+    shutil.copytree(tiny_pretrained, src)
+    task = topic_task(tmp_path / "topic")
+    ft = str(tmp_path / "ft")
+    config = topic_config(src, task, num_epochs=1)
+    finetune.finetune(config, ft, devices=jax.devices()[:1])
+    with open(os.path.join(ft, finetune.SOURCE)) as f:
+        assert json.load(f)["step"] == 6
+    pre = tiny_pretrain_config(num_steps=8, checkpoint_every=8)
+    pretrain.train(pre, src, devices=jax.devices()[:1])  # the source trained on: step 8
+    before = open(os.path.join(ft, "eval.json")).read()
+    with pytest.raises(ValueError, match=r"not the model this run .* started from "
+                                         r"\(source: step 6 -> 8"):
+        finetune.finetune(config, ft, devices=jax.devices()[:1])
+    assert open(os.path.join(ft, "eval.json")).read() == before  # nothing rewritten

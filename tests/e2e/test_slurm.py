@@ -135,19 +135,27 @@ def _table(workdir):
     return [{k: v for k, v in r.items() if "tokens_per_s" not in k} for r in rows]
 
 
-def test_an_ablation_as_a_job_array_gives_the_local_table(tmp_path, tiny_data, slurm):
-    """Two runs in one array (the throttle below the run count is the next test's; a study's
-    seeds and their aggregation, tests/e2e/test_ablate.py's)."""
-    rc, out = _run(_ablate(tmp_path / "local", tiny_data, slurm, "--parallel=2"), slurm)
+def test_an_ablation_and_its_suites_as_job_arrays_give_the_local_table(tmp_path, tiny_data,
+                                                                       slurm):
+    """Two runs in one array, then their suites (a frozen-embedding task) in a second one:
+    the suites go where the runs went (the throttle below the run count is the next test's;
+    a study's seeds and their aggregation, tests/e2e/test_ablate.py's)."""
+    suite = ["--suite=embedded", "--suite_arg=--preset=runlocal",
+             "--suite_arg=--only=sts_relatedness"]
+    rc, out = _run(_ablate(tmp_path / "local", tiny_data, slurm, "--parallel=2", *suite), slurm)
     assert rc == 0, out
     t0 = time.time()
     rc, out = _run(_ablate(tmp_path / "slurm", tiny_data, slurm, "--launcher=slurm",
-                           "--parallel=2"), slurm)
+                           "--parallel=2", *suite), slurm)
     assert rc == 0, out
-    assert "submitted job array" in out and "(2 runs, at most 2 at once)" in out
-    assert _table(tmp_path / "slurm") == _table(tmp_path / "local")
-    assert len(_table(tmp_path / "local")) == 2
-    print(f"\nslurm study of 2 runs: {time.time() - t0:.1f} s")
+    assert out.count("submitted job array") == 2 and "(2 runs, at most 2 at once)" in out
+    assert "started learning_rate=0.001__seed0/suite (array task" in out
+    table = _table(tmp_path / "slurm")
+    assert table == _table(tmp_path / "local") and len(table) == 2
+    assert all(float(r["suite/sts_relatedness"]) > -100 for r in table)
+    job = tmp_path / "slurm" / "runs" / "learning_rate=0.001__seed0" / "suite_job"
+    assert records.finished(str(job)) and json.load(open(job / "launch.json"))["launcher"] == "slurm"
+    print(f"\nslurm study of 2 runs and 2 suites: {time.time() - t0:.1f} s")
 
 
 def test_a_failing_task_is_reported_and_a_killed_study_resumes_only_what_is_left(

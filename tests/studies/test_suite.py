@@ -6,6 +6,7 @@ import os
 import types
 
 import numpy as np
+import ml_collections
 import pytest
 
 from encoder.retrieval import beir
@@ -14,7 +15,8 @@ from encoder.data import embedded_tasks
 from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
 from encoder.studies import records, runner
-from encoder.studies.suite import battery, catalog, embedding, plan as plan_lib, presets, report
+from encoder.studies.suite import battery, plan as plan_lib, presets, report
+from encoder.tasks import catalog, embedding
 from helpers import write_glue
 
 
@@ -261,13 +263,24 @@ def test_intermediate_runs_start_from_the_chosen_mnli_run(tmp_path):
                                      presets.resolve("roberta", 768), ["RTE"]) == {}
 
 
-def test_ablate_runs_the_suite_on_each_pretraining_run():
+def test_ablate_plans_a_suite_job_per_pretraining_run(tmp_path, tiny_pretrained):
+    from encoder.jobs import suite as suite_job
     from encoder.studies import ablation as ablate
-    cmd = ablate.suite_command({"dir": "pos=rope__seed0"}, "/study", "embedded",
-                               ["--preset=runlocal"])
+    root = str(tmp_path)
+    os.makedirs(os.path.join(root, "runs"))
+    for name in ("pos=rope__seed0", "a"):  # two finished pretraining runs
+        os.symlink(tiny_pretrained, os.path.join(root, "runs", name))
+    run, = ablate.suite_runs([{"dir": "pos=rope__seed0"}], root, "embedded",
+                             ["--preset=runlocal"])
+    d = os.path.join(root, "runs", "pos=rope__seed0")
+    assert run.name == "pos=rope__seed0/suite" and run.workdir == os.path.join(d, "suite_job")
+    assert run.config["mode"] == "suite"  # an encoder.main job: every launcher starts it
+    assert run.inputs["source"]["init_from"] == d  # trained on since: the suite reruns
+    assert run.inputs["source"]["step"] == 6
+    cmd = suite_job.command(ml_collections.ConfigDict(run.config).suite)
     assert cmd[1:3] == ["-m", "encoder.suite"] and cmd[-1] == "--preset=runlocal"
-    assert "--init_from=/study/runs/pos=rope__seed0" in cmd
-    assert "--workdir=/study/runs/pos=rope__seed0/suite" in cmd
+    assert f"--init_from={d}" in cmd and f"--workdir={d}/suite" in cmd
     assert not any(a.startswith("--tasks") for a in cmd)  # embedded: built by the suite
-    assert "--tasks=/glue" in ablate.suite_command({"dir": "a"}, "/s", "/glue", [])
+    glue, = ablate.suite_runs([{"dir": "a"}], root, "/glue", [])
+    assert "--tasks=/glue" in glue.config["suite"]["args"]
     assert ablate.primary_metric([{"suite/average": 1.0, "eval/loss": 2.0}]) == "suite/average"

@@ -6,7 +6,7 @@ from scipy import sparse
 
 from encoder.eval import metrics
 from encoder.tasks import baselines, bow, classification, qa, tagging
-from encoder.studies.suite import embedding
+from encoder.tasks import embedding
 from toy_tasks import CORPUS, QA_DEV, QA_TRAIN, QUERIES, RETRIEVAL, STS_PAIRS, TAG_DEV, TAG_TRAIN
 
 

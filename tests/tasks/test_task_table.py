@@ -29,13 +29,13 @@ NAMED_ELSEWHERE = {
     # data, not dispatch: files that say which type a task is, as a task.json does
     "encoder/data/embedded_tasks.py": "writes the embedded tasks' task.json (data sits below "
                                     "tasks/ and may not import the table)",
-    "encoder/studies/suite/glue.py": "GLUE's task definitions (Wang et al. 2019, Table 1)",
+    "encoder/tasks/glue.py": "GLUE's task definitions (Wang et al. 2019, Table 1)",
     # plain-data configs may not import the table (tests/test_imports.py)
     "encoder/finetune/config.py": "the default task and contrastive's mean-pooling default",
     # a config block that shares the type's name, not the type
     "encoder/retrieval/options.py": "reads the run config's `contrastive` options block",
     # STS pairs are read with regression's fields (a sentence pair and a score)
-    "encoder/studies/suite/embedding.py": "reads STS pairs with regression's fields",
+    "encoder/tasks/embedding.py": "reads STS pairs with regression's fields",
 }
 
 
@@ -248,7 +248,8 @@ def test_a_new_type_reaches_every_table_through_tasks(tmp_path, with_colour):
     import json
 
     from encoder.jobs import export
-    from encoder.studies.suite import baseline, catalog, presets
+    from encoder.studies.suite import baseline, presets
+    from encoder.tasks import catalog
 
     # readers by name, baselines (method table, scores, the command's run)
     for split, rows in (("train", ROWS), ("dev", ROWS[:2])):

@@ -27,7 +27,8 @@ from encoder import registry
 from encoder.tasks import baselines, bow
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks.table import TASKS
-from encoder.studies.suite import embedding, report
+from encoder.studies.suite import report
+from encoder.tasks import embedding
 
 # What each method does for the embedding tasks (the fine-tuned types say theirs).
 EMBEDDING_DESCRIPTIONS = {"bow": {"sts": "cosine of TF-IDF vectors",

@@ -1,10 +1,9 @@
 """The suite's inputs: which tasks, the embedded default battery, each task's prepared data."""
-import json
 import os
 import shutil
 import sys
 
-from encoder.studies.suite import catalog, embedding
+from encoder.tasks import catalog, embedding
 from encoder.studies.suite.options import SuiteOptions
 
 EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
@@ -13,18 +12,7 @@ EMBEDDED = "tasks"  # OUT/tasks: the embedded default suite, built once
 def embedded_tasks(root: str) -> str:
     """OUT/tasks, built from the standard library once per Python version (deterministic)."""
     from encoder.data import embedded_tasks
-    folder = os.path.join(root, EMBEDDED)
-    stamp = os.path.join(folder, "built.json")
-    version = {"python": sys.version, "tasks": sorted(embedded_tasks.TASK_META)}
-    if os.path.exists(stamp):
-        with open(stamp) as f:
-            if json.load(f) == version:
-                return folder
-    counts = embedded_tasks.build_all(folder)
-    print(f"embedded tasks built in {folder}: {json.dumps(counts)}", flush=True)
-    with open(stamp, "w") as f:
-        json.dump(version, f)
-    return folder
+    return embedded_tasks.build_once(os.path.join(root, EMBEDDED))
 
 
 def find_tasks(opts: SuiteOptions, root: str) -> tuple[str, list]:

@@ -7,7 +7,8 @@ import json
 import os
 
 from encoder.eval import identity
-from encoder.studies.suite import catalog, embedding, presets, report
+from encoder.studies.suite import presets, report
+from encoder.tasks import catalog, embedding
 from encoder.studies.suite.options import SuiteOptions
 
 

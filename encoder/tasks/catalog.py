@@ -30,7 +30,7 @@ import numpy as np
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks import table
 from encoder.tasks.table import TASKS
-from encoder.studies.suite import glue
+from encoder.tasks import glue
 
 # Embedding tasks: the first metric is MTEB's main score (the task's score).
 EMBEDDING_KEYS = {"sts": ("cosine_spearman",),

@@ -23,7 +23,7 @@ import numpy as np
 
 from encoder.tasks import readers as tasks_lib
 from encoder.eval import metrics
-from encoder.studies.suite import catalog
+from encoder.tasks import catalog
 
 RECALL_AT = (1, 10, 100)
 

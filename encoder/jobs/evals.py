@@ -1,0 +1,229 @@
+"""Evaluators declared in the experiment config, run by the training loop at their own
+cadence (big_vision's `config.evals`: a name, a kind, a cadence, the kind's options):
+
+    config.evals.sts = evals.entry("embedding", task="sts_relatedness")  # each checkpoint
+    config.evals.topic = evals.entry("probe", task="topic", every=800, max_train=500)
+    config.evals.heldout_long = evals.entry("heldout", batches=32, every=1000)
+    # or :evals=sts_relatedness+topic after experiments/pretrain.py (from_tasks)
+
+(`entry` fills every option's default, so each can be overridden by a flag.)
+`every` is in steps (default: train.checkpoint_every, so each saved checkpoint gets a
+score) and the run's last step always gets one. Scores reach metrics.jsonl as
+`evals/NAME/METRIC` and are appended to WORKDIR/evals.jsonl with the step, the kind and
+the options (encoder/train/metrics_io.py ScoreRecord); a resumed run that replays a
+step already scored reads its score back
+instead of computing it again (the replayed parameters are bitwise the ones scored), and
+a changed option is a new evaluator, scored afresh.
+
+The frozen kinds read a task folder of the suite's layout (`tasks=DIR`; default: the
+embedded suite, built once into WORKDIR/evals/tasks). Fine-tunings and whole suites on
+each checkpoint are the watcher's (`encoder.suite --watch=WORKDIR`), not the loop's.
+"""
+import dataclasses
+import json
+import os
+from typing import Callable
+
+from encoder.errors import UsageError
+
+TASKS = os.path.join("evals", "tasks")  # the embedded suite, under the workdir
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    options: dict            # option -> default (a required option: None)
+    build: Callable          # build(context, options) -> fn(params, step) -> metrics
+    task_kinds: tuple = ()   # the suite task kinds it reads (empty: no task)
+    doc: str = ""
+
+
+@dataclasses.dataclass
+class Context:
+    """What the kinds build from: the run's model, tokenizer, workdir and held-out set."""
+    model_cfg: object
+    tokenizer: object
+    workdir: str
+    seq_len: int
+    held_out: Callable | None   # held_out(num_batches) -> evaluator; None: no held-out set
+
+    def tasks_dir(self, options: dict) -> str:
+        return options["tasks"] or os.path.join(self.workdir, TASKS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    name: str
+    kind: str
+    every: int
+    options: dict
+    fn: Callable
+
+    @property
+    def key(self) -> str:
+        """What identifies its scores in the record: a changed option is a new evaluator."""
+        return json.dumps({"kind": self.kind, **self.options}, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------ kinds
+
+def _task(context: Context, options: dict, kinds: tuple):
+    from encoder.tasks import catalog
+    folder = context.tasks_dir(options)
+    found, _ = catalog.discover(folder, [options["task"]])
+    if not found:
+        raise UsageError(f"config.evals: no task {options['task']!r} in {folder}")
+    task = found[0]
+    if task.kind not in kinds and task.type not in kinds:
+        raise UsageError(f"config.evals: task {task.name!r} in {folder} is a {task.type} "
+                         f"task; this evaluator reads {' or '.join(kinds)} tasks")
+    return task
+
+
+def _heldout(context: Context, options: dict):
+    if context.held_out is None:
+        raise UsageError("config.evals: kind=heldout needs a held-out set (data.valid_files, "
+                         "or the embedded corpus's split)")
+    ev = context.held_out(options["batches"])
+    return lambda params, step: {k.split("/", 1)[-1]: v for k, v in ev(params, step).items()}
+
+
+def _embedding(context: Context, options: dict):
+    from encoder.tasks import embedding
+    task = _task(context, options, ("sts", "retrieval"))
+    max_len = options["max_len"] or context.seq_len
+
+    def score(params, step):
+        del step
+        encode = embedding.encoder_fn(context.model_cfg, params, context.tokenizer,
+                                      options["pooling"], max_len)
+        return embedding.evaluate(task, encode, options["max_eval"])
+    return score
+
+
+def _probe(context: Context, options: dict):
+    from encoder.jobs import probe
+    task = _task(context, options, tuple(k for k in probe.TASKS if probe.probed(k)))
+    train, dev, kind = probe.read_task(task.folder, options["max_train"], seed=0)
+    max_len = options["max_len"] or context.seq_len
+
+    def score(params, step):
+        del step
+        out = probe.probe_examples(context.model_cfg, params, context.tokenizer, train, dev,
+                                   kind, max_len)
+        layer = options["layer"]
+        return {"score": out["layers"][layer], "control": out["control"][layer],
+                "best_layer": int(max(range(len(out["layers"])),
+                                      key=lambda i: out["layers"][i]))}
+    return score
+
+
+COMMON = {"every": 0}  # 0: train.checkpoint_every
+KINDS = {
+    "heldout": Kind({"batches": 8}, _heldout,
+                    doc="the objective's held-out metrics on `batches` fixed batches"),
+    "embedding": Kind({"task": None, "tasks": "", "pooling": "mean", "max_len": 0,
+                       "max_eval": 500}, _embedding, ("sts", "retrieval"),
+                      "a frozen-embedding task (STS Spearman, retrieval nDCG/recall)"),
+    "probe": Kind({"task": None, "tasks": "", "layer": -1, "max_train": 1000, "max_len": 0},
+                  _probe, ("probe",),
+                  "a linear probe on one layer's frozen features (score, shuffled-label "
+                  "control, best layer)"),
+}
+
+
+# --------------------------------------------------------------------- the declaration
+
+def parse(evals, checkpoint_every: int) -> list[tuple[str, str, int, dict]]:
+    """[(name, kind, every, options with defaults)] from config.evals, every field checked
+    (before any data is read): an unknown kind or option, a missing task, a bad cadence."""
+    out = []
+    for name, entry in (evals or {}).items():
+        entry = dict(entry)
+        where = f"config.evals.{name}"
+        kind = entry.pop("kind", None)
+        if kind not in KINDS:
+            raise UsageError(f"{where}.kind={kind!r}: expected one of {', '.join(KINDS)}")
+        spec = KINDS[kind]
+        every = entry.pop("every", COMMON["every"])
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise UsageError(f"{where}.every={every!r}: a number of steps (0: each "
+                             "checkpoint, train.checkpoint_every)")
+        unknown = sorted(set(entry) - set(spec.options))
+        if unknown:
+            raise UsageError(f"{where}: unknown option {unknown[0]!r} for kind={kind}; "
+                             f"its options: every, {', '.join(spec.options)}")
+        options = {**spec.options, **entry}
+        missing = [k for k, v in options.items() if v is None]
+        if missing:
+            raise UsageError(f"{where}: kind={kind} needs {missing[0]}=...")
+        if "task" in options and not options["tasks"]:
+            _check_embedded(where, options["task"], spec.task_kinds)
+        out.append((name, kind, every or checkpoint_every, options))
+    return out
+
+
+def entry(kind: str, **options) -> dict:
+    """A config.evals entry with every option at its default unless given (so each can be
+    overridden from the command line: --config.evals.NAME.max_eval=200)."""
+    if kind not in KINDS:
+        raise UsageError(f"config.evals: kind={kind!r}: expected one of {', '.join(KINDS)}")
+    return {"kind": kind, **COMMON, **KINDS[kind].options, **options}
+
+
+def from_tasks(names: list) -> dict:
+    """config.evals for suite tasks by name (the embedded suite): an embedding evaluator for
+    an STS or retrieval task, a probe of the last layer otherwise; each at every
+    checkpoint."""
+    from encoder.data import embedded_tasks
+    out = {}
+    for name in names:
+        meta = embedded_tasks.TASK_META.get(name)
+        if meta is None:
+            raise UsageError(f"evals={name!r}: the embedded suite has "
+                             f"{', '.join(embedded_tasks.TASK_META)}")
+        kind = "embedding" if meta["type"] in ("sts", "retrieval") else "probe"
+        out[name] = entry(kind, task=name)
+    return out
+
+
+def set_from_tasks(config, value: str) -> None:
+    """The experiment option evals=sts_relatedness+topic (from_tasks); evals=none: none."""
+    import ml_collections
+    config.evals = ml_collections.ConfigDict(
+        from_tasks([] if value in ("", "none") else str(value).split("+")))
+
+
+def _check_embedded(where: str, task: str, kinds: tuple) -> None:
+    from encoder.data import embedded_tasks
+    meta = embedded_tasks.TASK_META.get(task)
+    if meta is None:
+        raise UsageError(f"{where}.task={task!r}: the embedded suite has "
+                         f"{', '.join(embedded_tasks.TASK_META)} (or give tasks=DIR)")
+    if "probe" in kinds:
+        from encoder.jobs import probe
+        ok = probe.probed(meta["type"])
+    else:
+        ok = meta["type"] in kinds
+    if not ok:
+        raise UsageError(f"{where}.task={task!r} is a {meta['type']} task; this kind reads "
+                         + ("tasks with a probe" if "probe" in kinds else " or ".join(kinds)))
+
+
+def build(evals, checkpoint_every: int, context: Context) -> list[Declared]:
+    """The declared evaluators, ready to call (the embedded suite built first if any
+    of them reads it)."""
+    parsed = parse(evals, checkpoint_every)
+    if any("task" in o and not o["tasks"] for _, _, _, o in parsed):
+        _embedded_tasks(context.workdir)
+    return [Declared(name, kind, every, options, KINDS[kind].build(context, options))
+            for name, kind, every, options in parsed]
+
+
+def _embedded_tasks(workdir: str) -> None:
+    import jax
+    from encoder.data import embedded_tasks
+    if jax.process_index() == 0:
+        embedded_tasks.build_once(os.path.join(workdir, TASKS))
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices("encoder: the embedded tasks are built")

@@ -1,0 +1,94 @@
+"""config.evals (encoder/jobs/evals.py): the declaration checked before any work, the
+loop's action at each evaluator's cadence, and a resumed run reading its scores back."""
+import json
+
+import pytest
+
+from encoder.errors import UsageError
+from encoder.jobs import evals as declared
+from encoder.train import loop, metrics_io
+
+
+@pytest.mark.parametrize("evals, words", [
+    ({"a": {"kind": "bleu"}}, ["config.evals.a.kind='bleu'", "heldout, embedding, probe"]),
+    ({"a": {"kind": "probe"}}, ["config.evals.a", "needs task="]),
+    ({"a": {"kind": "embedding", "task": "topic"}}, ["'topic' is a classification task",
+                                                    "sts or retrieval"]),
+    ({"a": {"kind": "probe", "task": "sts_relatedness"}}, ["is a sts task", "with a probe"]),
+    ({"a": {"kind": "embedding", "task": "stsb"}}, ["task='stsb'", "sts_relatedness"]),
+    ({"a": {"kind": "heldout", "batchs": 4}}, ["unknown option 'batchs'", "batches"]),
+    ({"a": {"kind": "heldout", "every": -5}}, ["config.evals.a.every=-5"]),
+    ({"a": {"kind": "heldout", "every": "100"}}, ["config.evals.a.every='100'"]),
+])
+def test_a_declaration_is_refused_naming_the_field(evals, words):
+    with pytest.raises(UsageError) as e:
+        declared.parse(evals, checkpoint_every=10)
+    for w in words:
+        assert w in str(e.value), (w, str(e.value))
+
+
+def test_defaults_and_the_cadence_of_each_checkpoint():
+    parsed = declared.parse({"sts": declared.entry("embedding", task="sts_relatedness"),
+                             "ho": {"kind": "heldout", "every": 3, "batches": 2}}, 10)
+    assert [(n, k, e) for n, k, e, _ in parsed] == [("sts", "embedding", 10), ("ho", "heldout", 3)]
+    assert parsed[0][3]["max_eval"] == 500 and parsed[1][3] == {"batches": 2}
+    assert declared.from_tasks(["topic", "api_retrieval"]) == {
+        "topic": declared.entry("probe", task="topic"),
+        "api_retrieval": declared.entry("embedding", task="api_retrieval")}
+
+
+class _Window:
+    absorbed = 0
+
+    def absorb(self):
+        self.absorbed += 1
+
+
+class _State:
+    params = {"w": 1.0}
+
+
+def _ticks(action, steps, last, stop_at=None):
+    for step in steps:
+        stop = "done" if step == last else ("signal" if step == stop_at else "")
+        tick = loop.Tick(step, _State(), stop=stop)
+        action(tick)
+        yield tick
+
+
+def _evaluator(calls, every, name="ho", **options):
+    def fn(params, step):
+        calls.append(step)
+        return {"loss": step / 10}
+    return declared.Declared(name, "heldout", every, {"batches": 2, **options}, fn)
+
+
+def test_each_evaluator_at_its_cadence_and_a_resume_scores_no_step_twice(tmp_path):
+    calls, other = [], []
+    evs = [_evaluator(calls, 4), _evaluator(other, 5, name="b")]
+    action = loop.DeclaredEvals(evs, metrics_io.ScoreRecord(str(tmp_path)), _Window())
+    rows = {t.step: t.row for t in _ticks(action, range(1, 10), last=None, stop_at=9)}
+    assert calls == [4, 8] and other == [5]  # a signal's stop (step 9) is no score
+    assert rows[8] == {"evals/ho/loss": 0.8} and rows[9] == {}
+    # killed after scoring step 8, resumed from a checkpoint at step 6: the replayed step 8
+    # is read back; step 12 (the last) is scored; a changed option is a new evaluator
+    calls2, changed = [], []
+    evs = [_evaluator(calls2, 4), _evaluator(changed, 4, name="c", batches=3)]
+    action = loop.DeclaredEvals(evs, metrics_io.ScoreRecord(str(tmp_path)), _Window())
+    rows = {t.step: t.row for t in _ticks(action, range(7, 13), last=12)}
+    assert calls2 == [12] and rows[8]["evals/ho/loss"] == 0.8
+    assert changed == [8, 12]
+    with open(tmp_path / metrics_io.SCORES) as f:
+        scored = [(r["name"], r["step"]) for r in map(json.loads, f)]
+    assert scored == [("ho", 4), ("b", 5), ("ho", 8), ("c", 8), ("ho", 12), ("c", 12)]
+
+
+def test_a_torn_last_line_is_scored_again(tmp_path):
+    calls = []
+    ev = _evaluator(calls, 2)
+    rec = metrics_io.ScoreRecord(str(tmp_path))
+    rec.add(ev, 2, {"loss": 0.2})
+    with open(tmp_path / metrics_io.SCORES, "a") as f:
+        f.write('{"name": "ho", "step": 4, "ke')  # killed mid-write
+    rec = metrics_io.ScoreRecord(str(tmp_path))
+    assert rec.get(ev, 2) == {"loss": 0.2} and rec.get(ev, 4) is None
