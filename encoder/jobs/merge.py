@@ -31,6 +31,7 @@ import numpy as np
 from encoder import errors, registry
 from encoder.checkpoints import sources, store
 from encoder.data.tokenization import tokenization, tokenization_diff
+from encoder.train import phases as phases_lib
 
 RUNTIME_FIELDS = ("attention_impl", "remat", "scan_layers", "dtype")  # not part of the weights
 TREES = ("params", "ema")
@@ -180,6 +181,21 @@ def load_checkpoint(workdir: str, step: int | None, tree: str = "params"):
     return run, params, got
 
 
+def model_at(run, step: int):
+    """The model config a checkpoint at `step` was trained with: its phase's (a run in
+    phases may change model fields, e.g. ModernBERT's RoPE base at its context extension)."""
+    if not run.get("phases"):
+        return run.model
+    plan = phases_lib.plan(run)
+    return plan.phase_at(max(step - 1, 0)).config.model
+
+
+def _phase_name(run, step: int) -> str:
+    if not run.get("phases"):
+        return ""
+    return f" (phase {phases_lib.plan(run).phase_at(max(step - 1, 0)).name!r})"
+
+
 def _model_diff(a, b) -> list[str]:
     fa = {k: v for k, v in a.to_dict().items() if k not in RUNTIME_FIELDS}
     fb = {k: v for k, v in b.to_dict().items() if k not in RUNTIME_FIELDS}
@@ -230,9 +246,11 @@ def _merge(workdirs: str, out: str, method: str, weights: str, last: int,
         used.append({"workdir": os.path.abspath(path), "step": int(got)})
     _refuse_repeats([(os.path.realpath(u["workdir"]), u["step"]) for u in used],
                     "--workdirs reaches")  # WORKDIR and WORKDIR@its newest step
+    models = [model_at(run, u["step"]) for run, u in zip(runs, used)]
     for i in range(1, len(entries)):
-        name = f"{entries[i][0]}@{used[i]['step']} and {entries[0][0]}@{used[0]['step']}"
-        diff = _model_diff(runs[i].model, runs[0].model)
+        name = (f"{entries[i][0]}@{used[i]['step']}{_phase_name(runs[i], used[i]['step'])} and "
+                f"{entries[0][0]}@{used[0]['step']}{_phase_name(runs[0], used[0]['step'])}")
+        diff = _model_diff(models[i], models[0])
         if diff:
             raise ValueError(f"cannot merge {name}: different models:\n  " + "\n  ".join(diff))
         shape = _shape_diff(trees[i], trees[0])
@@ -254,5 +272,5 @@ def _merge(workdirs: str, out: str, method: str, weights: str, last: int,
             os.remove(os.path.join(out, name))
     # The tokenizer first: save_params writes model_config.json last (a complete folder).
     sources._tokenizer_in(entries[0][0], runs[0]).save(os.path.join(out, "tokenizer"))
-    store.save_params(out, merged, runs[0].model, extra={"merge.json": record})
+    store.save_params(out, merged, models[0], extra={"merge.json": record})
     return record

@@ -330,6 +330,8 @@ def read_run(run: dict, root: str) -> dict:
                     out[f"tokens/{name}"] = mine[-1] - ph["start"]
     if evals:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
+    for r in rows:  # config.evals: each metric's last score (the final checkpoint's)
+        out.update({k: v for k, v in r.items() if k.startswith("evals/")})
     # what the row scored: the run's final checkpoint (step, content hash) and its data
     try:
         scored = identity.source_identity(d)
@@ -352,21 +354,46 @@ def read_run(run: dict, root: str) -> dict:
         cfg = json.load(f)
     from encoder.objectives import objectives
     import ml_collections
+    out["objective"] = cfg.get("objective", "mlm")
     out["parameters"] = objectives.parameter_count(ml_collections.ConfigDict(cfg))[1]
     return out
 
 
-def primary_metric(rows: list[dict]) -> str:
-    for key in ("suite/average", "finetune/accuracy", "finetune/f1", "finetune/pearson",
-                "eval/mlm_accuracy", "eval/rtd_accuracy", "eval/loss"):
+DOWNSTREAM = ("suite/average", "finetune/accuracy", "finetune/f1", "finetune/pearson")
+PRETRAINING = ("eval/mlm_accuracy", "eval/rtd_accuracy", "eval/loss")
+# a declared evaluator's metrics that are not a downstream score (encoder/jobs/evals.py)
+NOT_A_SCORE = ("loss", "mlm_", "rtd_", "gen_", "control", "best_layer")
+
+
+def primary_metric(rows: list[dict]) -> str | None:
+    """The metric the study ranks by: a downstream score every row has (the suite's average,
+    the fine-tuning's, a declared evaluator's), else a pretraining figure; None when the
+    rows train different objectives and share no downstream score (their held-out figures
+    measure different things: RTD's eval/mlm_accuracy is its generator's)."""
+    declared = sorted({k for r in rows for k in r if k.startswith("evals/")
+                       and not k.rsplit("/", 1)[-1].startswith(NOT_A_SCORE)})
+    for key in DOWNSTREAM + tuple(declared):
+        if all(key in r for r in rows):
+            return key
+    if len({r.get("objective", "mlm") for r in rows}) > 1:
+        return None
+    for key in PRETRAINING:
         if all(key in r for r in rows):
             return key
     return "final_train_loss"
 
 
+def no_common_metric(rows: list[dict]) -> str:
+    objectives = ", ".join(dict.fromkeys(r.get("objective", "mlm") for r in rows))
+    return (f"**No ranking: the variants train different objectives ({objectives}),** whose "
+            "held-out figures measure different things (an RTD run's eval/mlm_accuracy is its "
+            "generator's); compare them downstream: --suite=embedded, --finetune, or a "
+            "config.evals evaluator (experiments/pretrain.py:evals=sts_relatedness).")
+
+
 def aggregate(rows: list[dict]) -> tuple[list[dict], list[str]]:
     keys = ["final_train_loss"] + sorted({k for r in rows for k in r if k.startswith(
-        ("eval/", "finetune/", "suite/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
+        ("eval/", "evals/", "finetune/", "suite/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
     keys += [k for k in dict.fromkeys(k for r in rows for k in r)
              if k == "tokens" or k.startswith("tokens/")]
     table = []
@@ -413,41 +440,46 @@ def _diff_text(iv) -> str:
 def write_results(rows: list[dict], root: str) -> list[dict]:
     table, keys = aggregate(rows)
     metric = primary_metric(rows)
-    separation(table, rows, metric)
-    report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed"] + keys + [
-        "checkpoint", "data"], rows)
-    for e in table:  # the intervals as columns
-        iv, d = e["interval"], e["vs_best"]
-        e.update({f"{metric}_ci_low": iv.low, f"{metric}_ci_high": iv.high,
-                  "diff_to_best": d.mean if d else 0.0,
-                  "diff_ci_low": d.low if d else float("nan"),
-                  "diff_ci_high": d.high if d else float("nan")})
-    report.write_dict_csv(os.path.join(root, "results.csv"), ["variant", "seeds"] + [
-        c for k in keys for c in (k, f"{k}_std")] + [
-        f"{metric}_ci_low", f"{metric}_ci_high", "diff_to_best", "diff_ci_low", "diff_ci_high",
-        "verdict", "detectable"], table)
-    extra = [k for k in keys if k.startswith(("eval/", "finetune/", "suite/"))
+    report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed", "objective"]
+                          + keys + ["checkpoint", "data"], rows)
+    extra = [k for k in keys if k.startswith(("eval/", "evals/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
-    show = list(dict.fromkeys(["final_train_loss", metric] + extra[:5])) + [
-        "tokens_per_s", "flops", "parameters"] + [k for k in keys if k == "tokens"
-                                                  or k.startswith("tokens/")]
-    lines = [f"Primary metric: `{metric}`: its mean with a 95% t interval over seeds; "
-             "`vs best`: the difference to the best variant paired by seed, with its 95% "
-             "interval; `verdict`: separable from zero at 95% or not; `detectable`: the "
-             "smallest true difference these seeds would show at 80% power. Each run's scored "
-             "checkpoint (step, sha256) and data hashes: runs.csv.", ""]
+    show = list(dict.fromkeys(["final_train_loss"] + ([metric] if metric else [])
+                              + extra[:5])) + ["tokens_per_s", "flops", "parameters"] + [
+        k for k in keys if k == "tokens" or k.startswith("tokens/")]
+    if metric is None:
+        lines, header, cells = [no_common_metric(rows), ""], [], lambda e: []
+        csv_extra = []
+    else:
+        separation(table, rows, metric)
+        for e in table:  # the intervals as columns
+            iv, d = e["interval"], e["vs_best"]
+            e.update({f"{metric}_ci_low": iv.low, f"{metric}_ci_high": iv.high,
+                      "diff_to_best": d.mean if d else 0.0,
+                      "diff_ci_low": d.low if d else float("nan"),
+                      "diff_ci_high": d.high if d else float("nan")})
+        csv_extra = [f"{metric}_ci_low", f"{metric}_ci_high", "diff_to_best", "diff_ci_low",
+                     "diff_ci_high", "verdict", "detectable"]
+        lines = [f"Primary metric: `{metric}`: its mean with a 95% t interval over seeds; "
+                 "`vs best`: the difference to the best variant paired by seed, with its 95% "
+                 "interval; `verdict`: separable from zero at 95% or not; `detectable`: the "
+                 "smallest true difference these seeds would show at 80% power. Each run's "
+                 "scored checkpoint (step, sha256) and data hashes: runs.csv.", ""]
+        header = ["vs best [95% CI]", "verdict", "detectable"]
+        cells = lambda e: [_diff_text(e["vs_best"]), e["verdict"],  # noqa: E731
+                           f"{e['detectable']:.4f}" if math.isfinite(e["detectable"]) else "-"]
+    report.write_dict_csv(os.path.join(root, "results.csv"), ["variant", "seeds"] + [
+        c for k in keys for c in (k, f"{k}_std")] + csv_extra, table)
     short = [f"{r['variant']} seed {r['seed']}: step {r.get('checkpoint_step')} of "
              f"{r['steps']} planned" for r in rows if r.get("checkpoint_step") != r["steps"]]
     if short:  # a run stopped early (a time budget) or a checkpoint that is not its last
         lines = [f"**WARNING: not every row scored its planned final step:** "
                  f"{'; '.join(short)}", ""] + lines
+    first = [f"{metric} [95% CI]"] if metric else []
     lines += report.markdown_table(
-        ["variant", "seeds", f"{metric} [95% CI]", *show, "vs best [95% CI]", "verdict",
-         "detectable"],
-        [[e["variant"], e["seeds"], e["interval"].text(4), *[cell(e, k) for k in show],
-          _diff_text(e["vs_best"]), e["verdict"],
-          f"{e['detectable']:.4f}" if math.isfinite(e["detectable"]) else "-"]
-         for e in table])
+        ["variant", "seeds", *first, *show, *header],
+        [[e["variant"], e["seeds"], *([e["interval"].text(4)] if metric else []),
+          *[cell(e, k) for k in show], *cells(e)] for e in table])
     text = "\n".join(lines) + "\n"
     with open(os.path.join(root, "results.md"), "w") as f:
         f.write(text)
@@ -500,6 +532,8 @@ def plot(rows, table, metric, root) -> None:
     report.curves(os.path.join(root, "loss_curves.png"),
                   {v: [r["curve"] for r in rows if r["variant"] == v] for v in variants},
                   "step", "train loss", "Training loss per variant (one line per seed)")
+    if metric is None:
+        return
     report.bar_chart(os.path.join(root, "final_metric.png"), [e["variant"] for e in table],
                      [e[metric] for e in table], [e[f"{metric}_std"] for e in table],
                      [f"C{i % 10}" for i in range(len(table))], metric,

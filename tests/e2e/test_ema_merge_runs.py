@@ -117,3 +117,24 @@ def test_merge_refuses_mismatched_inputs(ema_run, tiny_pretrained, tmp_path):
         merge.merge(f"{wd}@3", str(tmp_path / "o5"))
     with pytest.raises(ValueError, match="keeps no parameter EMA"):
         merge.merge(tiny_pretrained, str(tmp_path / "o6"), tree="ema")
+
+
+def test_merge_refuses_checkpoints_of_phases_with_another_model(tiny_pretrained, tmp_path):
+    """Hostile pass 36 #83: --last=3 averaged a stable-phase checkpoint (RoPE base 10,000)
+    with two after the context extension (160,000), and wrote the base config's model."""
+    from experiments import pretrain as exp
+    config = exp.get_config("runlocal")
+    config.data.tokenizer = os.path.join(tiny_pretrained, "tokenizer", "sp.model")
+    config.data.cache_dir = os.path.join(tiny_pretrained, "cache")
+    config.train.update(dict(checkpoint_every=2, eval_every=0, log_every=2))
+    config.phases = ({"name": "stable", "steps": 2},
+                     {"name": "extend", "steps": 4, "model": {"rope_theta": 160000.0}})
+    wd = str(tmp_path / "phased")
+    pretrain.train(config, wd, devices=jax.devices()[:1])
+    with pytest.raises(ValueError, match=r"@2 \(phase 'stable'\) and .*@6 \(phase "
+                                         r"'extend'\): different models:\n"
+                                         r"  model.rope_theta: 10000.0 vs 160000.0"):
+        merge.merge(f"{wd}@6,{wd}@4,{wd}@2", str(tmp_path / "m"))
+    merge.merge(wd, str(tmp_path / "m"), last=2)  # steps 4 and 6: one phase, one model
+    with open(tmp_path / "m" / "model_config.json") as f:
+        assert json.load(f)["rope_theta"] == 160000.0  # the phase's model, not the base's

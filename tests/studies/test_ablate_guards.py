@@ -56,3 +56,31 @@ def test_a_study_folder_in_use_is_refused_and_left_as_it_was(tmp_path):
             ablation.run_study(study, launcher=None)
         assert sorted(os.listdir(root)) == ["LOCK"]  # no marker, no runs/ of the second
     assert os.listdir(root) == []  # released: the next command takes it
+
+
+def test_objectives_are_ranked_only_on_a_metric_they_share(tmp_path):
+    """Hostile pass 36 #73: an MLM/RTD study ranked on eval/mlm_accuracy, the generator's
+    for RTD. Across objectives only a downstream score ranks; without one, no verdict."""
+    def row(variant, seed, objective, **metrics):
+        return {"variant": variant, "seed": seed, "dir": f"{variant}__seed{seed}",
+                "objective": objective, "steps": 4, "checkpoint_step": 4,
+                "final_train_loss": 5.0 + seed, "tokens_per_s": 1.0, "flops": 1e9,
+                "parameters": 10, "curve": [(1, 6.0)], **metrics}
+    rows = [row(f"objective={o}", s, o, **{"eval/mlm_accuracy": a + s / 100})
+            for o, a in (("mlm", 0.3), ("rtd", 0.1)) for s in (0, 1)]
+    assert ablation.primary_metric(rows) is None
+    table = ablation.write_results(rows, str(tmp_path))
+    text = (tmp_path / "results.md").read_text()
+    assert "No ranking: the variants train different objectives (mlm, rtd)" in text
+    assert "verdict" not in text and "best" not in [e.get("verdict") for e in table]
+    # a declared downstream evaluator every run has ranks them (its loss-like figures never)
+    for r, sts in zip(rows, (0.2, 0.22, 0.3, 0.31)):
+        r.update({"evals/sts/cosine_spearman": sts, "evals/ho/loss": 1.0})
+    assert ablation.primary_metric(rows) == "evals/sts/cosine_spearman"
+    ablation.write_results(rows, str(tmp_path))
+    assert "Primary metric: `evals/sts/cosine_spearman`" in (tmp_path / "results.md").read_text()
+    # one objective: its own held-out figure as before
+    assert ablation.primary_metric([r for r in rows if r["objective"] == "mlm"]) == \
+        "evals/sts/cosine_spearman"
+    plain = [{k: v for k, v in r.items() if not k.startswith("evals/")} for r in rows[:2]]
+    assert ablation.primary_metric(plain) == "eval/mlm_accuracy"
