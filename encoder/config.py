@@ -88,8 +88,10 @@ def base_config() -> ml_collections.ConfigDict:
                                        # and data position: the run continues it (a decay from
                                        # step N; a context extension) (encoder/train/phases.py)
     config.init_fresh = ""             # init_from: path prefixes (encoder/blocks_0,mlm_head) that
-                                       # may start fresh or go unused; anything else unmatched
-                                       # between source and model is refused
+                                       # start fresh (the source's tensors there are not loaded)
+                                       # or may go unused; anything else unmatched between
+                                       # source and model is refused, and so is a prefix
+                                       # matching nothing
     config.init_allow = ""             # init_from: model fields (norm,position) that may differ
                                        # from the source's (each computes another function)
     config.phases = ()                 # () one phase; else a tuple of dicts (encoder/train/phases.py)

@@ -193,6 +193,8 @@ class LoadReport:
     loaded: list = dataclasses.field(default_factory=list)
     fresh: list = dataclasses.field(default_factory=list)
     unused: list = dataclasses.field(default_factory=list)
+    reset: list = dataclasses.field(default_factory=list)  # the source has them; init_fresh
+    #                                                        asked for a fresh start
 
     def summary(self, source: str) -> str:
         def some(paths):
@@ -200,6 +202,8 @@ class LoadReport:
         line = f"init_from {source}: {len(self.loaded)} tensors loaded"
         if self.fresh:
             line += f"; fresh: {some(self.fresh)}"
+        if self.reset:
+            line += f"; started fresh by init_fresh: {some(self.reset)}"
         if self.unused:
             line += f"; unused from the source: {some(self.unused)}"
         return line
@@ -209,8 +213,14 @@ class LoadReport:
         """Refuses a fresh or unused leaf that no rule explains; returns the explanation of
         each that one does. The rules map a path prefix to its reason (a new head, a task's
         head); `allowed` is the user's comma-separated list of prefixes (init_fresh)."""
-        user = {p.strip().strip("/"): "--config.init_fresh"
-                for p in allowed.split(",") if p.strip()}
+        user = {p: "--config.init_fresh" for p in fresh_prefixes(allowed)}
+        every = self.loaded + self.fresh + self.unused + self.reset
+        for prefix in user:  # a typo would silently load what it meant to reset
+            if not any(_under(path, [prefix]) for path in every):
+                tops = sorted({"/".join(p.strip("/").split("/")[:2]) for p in every})
+                raise ValueError(f"--config.init_fresh={prefix}: no parameter of the model or "
+                                 f"of {source} lies under it; its paths start "
+                                 f"{', '.join(tops[:12])}" + (" ..." if len(tops) > 12 else ""))
         said, refused = [], []
         for kind, paths, rules in (("fresh", self.fresh, may_start_fresh),
                                    ("unused", self.unused, may_go_unused)):
@@ -231,6 +241,16 @@ class LoadReport:
         return said
 
 
+def fresh_prefixes(allowed: str) -> list[str]:
+    """init_fresh's comma-separated path prefixes (encoder/blocks_0,mlm_head)."""
+    return [p.strip().strip("/") for p in (allowed or "").split(",") if p.strip().strip("/")]
+
+
+def _under(path: str, prefixes) -> bool:
+    path = path.strip("/")
+    return any(path == p or path.startswith(p + "/") for p in prefixes)
+
+
 def _leaf_paths(tree, path: str) -> list[str]:
     if not isinstance(tree, dict):
         return [path or "/"]
@@ -238,13 +258,18 @@ def _leaf_paths(tree, path: str) -> list[str]:
 
 
 def merge_params(params, loaded, shardings=None, strict: bool = False, path: str = "",
-                 report: LoadReport | None = None):
+                 report: LoadReport | None = None, fresh: tuple = ()):
     """params with every subtree that `loaded` also has replaced; shapes must match.
 
     strict: every parameter of `params` must be in `loaded` (an encoder taken
     from a source must be whole, never silently part random). report: filled with what
-    was loaded, what starts fresh and what in `loaded` went unused.
+    was loaded, what starts fresh and what in `loaded` went unused. fresh: path prefixes
+    (init_fresh) kept at the model's initialisation even where the source has them.
     """
+    if fresh and path and _under(path, fresh):
+        if report is not None:
+            report.reset += _leaf_paths(params, path)
+        return params
     if not isinstance(params, dict):
         if tuple(params.shape) != tuple(np.shape(loaded)):
             raise ValueError(f"init_from: {path or '/'} has shape {np.shape(loaded)}, the model "
@@ -265,7 +290,7 @@ def merge_params(params, loaded, shardings=None, strict: bool = False, path: str
         report.unused += [p for k in loaded if k not in params
                           for p in _leaf_paths(loaded[k], f"{path}/{k}")]
     return {k: merge_params(v, loaded[k], None if shardings is None else shardings[k], strict,
-                            f"{path}/{k}", report) if k in loaded else v
+                            f"{path}/{k}", report, fresh) if k in loaded else v
             for k, v in params.items()}
 
 

@@ -200,7 +200,9 @@ def init_from_source(run: FineTuning):
         rep = sources.LoadReport()
         model["encoder"] = sources.merge_params(model["encoder"], encoder_params(src.params),
                                                 shardings["model"]["encoder"], strict=True,
-                                                path="encoder", report=rep)
+                                                path="encoder", report=rep, fresh=tuple(
+                                                    sources.fresh_prefixes(
+                                                        run.config.get("init_fresh", ""))))
         rep.check(run.config.init_from, {}, {}, run.config.get("init_fresh", ""))  # all of it
         head, merge = None, sources.merge_params
         rows = head_rows(src, run.config.task, run.task.labels) if "head" in src.params else ""

@@ -351,7 +351,8 @@ def load_init_params(init_from: str, params, shardings, step: int = -1, src=None
     else:
         loaded = (src or sources.load(init_from)).params
     rep = sources.LoadReport()
-    out = sources.merge_params(params, loaded, shardings, report=rep)
+    out = sources.merge_params(params, loaded, shardings, report=rep,
+                               fresh=tuple(sources.fresh_prefixes(allowed)))
     said = rep.check(init_from, MAY_START_FRESH, MAY_GO_UNUSED, allowed)
     return out, [rep.summary(init_from)] + said
 

@@ -103,3 +103,24 @@ def test_a_workdir_checkpoint_by_step(tmp_path):
     assert (leaf(sources.load(f"{tmp_path / 'src'}@4")) == leaf(four)).all()
     with pytest.raises(FileNotFoundError, match=r"no checkpoint at step 3 \(it has \[2, 4\]\)"):
         sources.load(f"{tmp_path / 'src'}@3")
+
+
+def test_init_fresh_restarts_what_it_names_and_refuses_a_typo():
+    """Hostile pass 36: init_fresh only permitted a missing tensor; a prefix the source
+    has was loaded anyway, and a misspelt one was accepted."""
+    import numpy as np
+    model = {"encoder": {"blocks_0": {"w": np.zeros(2)}, "blocks_1": {"w": np.zeros(2)}},
+             "mlm_head": {"b": np.zeros(3)}}
+    loaded = {"encoder": {"blocks_0": {"w": np.ones(2)}, "blocks_1": {"w": np.ones(2)}},
+              "mlm_head": {"b": np.ones(3)}}
+    rep = sources.LoadReport()
+    out = sources.merge_params(model, loaded, report=rep, fresh=("encoder/blocks_1",))
+    assert out["encoder"]["blocks_0"]["w"].tolist() == [1, 1]
+    assert out["encoder"]["blocks_1"]["w"].tolist() == [0, 0]  # the model's own init
+    assert rep.reset == ["/encoder/blocks_1/w"] and "/encoder/blocks_1/w" not in rep.loaded
+    assert "started fresh by init_fresh: /encoder/blocks_1/w" in rep.summary("SRC")
+    rep.check("SRC", {}, {}, allowed="encoder/blocks_1")
+    with pytest.raises(ValueError, match=r"init_fresh=encoder/blocks_9: no parameter of the "
+                                         r"model or of SRC lies under it; its paths start "
+                                         r"encoder/blocks_0, encoder/blocks_1, mlm_head/b"):
+        rep.check("SRC", {}, {}, allowed="encoder/blocks_1,encoder/blocks_9")
