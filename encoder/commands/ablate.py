@@ -24,6 +24,9 @@ flags.DEFINE_string("suite", "", "run encoder.suite on each run: a tasks folder,
                     "'embedded' for the default suite built from the standard library")
 flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suite, e.g. "
                           "--suite_arg=--preset=runlocal (repeatable)")
+flags.DEFINE_bool("watch", False, "a watcher beside each run: the suite (--suite's tasks, "
+                  "--suite_arg's flags) on each of its checkpoints while it trains, as a run of "
+                  "the study (its launcher); curves.png/md from them")
 flags.DEFINE_list("wsd_budgets", [], "a WSD study (steps, e.g. 150,300,450): per variant and "
                   "seed one stable run, then for each budget B a decay of "
                   "--wsd_decay_fraction x B steps from its checkpoint at the rest of B")
@@ -44,7 +47,7 @@ def main(argv):
         workdir=f.workdir, config=f.config, sweeps=tuple(f.sweep), zipped=f.zip,
         seeds=f.seeds, parallel=f.parallel, equal_flops=f.equal_flops, finetune=f.finetune,
         finetune_data=f.finetune_data, finetune_set=tuple(f.finetune_set), suite=f.suite,
-        suite_args=tuple(f.suite_arg) + tuple(launcher_flags.passthrough()),
+        suite_args=tuple(f.suite_arg), watch=f.watch,
         wsd_budgets=tuple(f.wsd_budgets), wsd_decay_fraction=f.wsd_decay_fraction,
         wsd_shape=f.wsd_shape)
     ablation.run_study(study, launcher_flags.make(f.parallel, job_name="ablate"))

@@ -67,18 +67,6 @@ def make(parallel: int = 1, job_name: str = "encoder"):
     return launchers.make(FLAGS.launcher, **options(parallel, job_name))
 
 
-def passthrough() -> list[str]:
-    """The launcher flags as given, for a child command (ablate -> suite)."""
-    out = []
-    for name in NAMES:
-        flag = FLAGS[name]
-        if flag.present:
-            values = flag.value if isinstance(flag.value, list) else [flag.value]
-            out += [f"--{name}={v}" if not isinstance(v, bool) else
-                    (f"--{name}" if v else f"--no{name}") for v in values]
-    return out
-
-
 def strip(argv: list[str]) -> list[str]:
     """argv without the launcher flags (what the job itself gets)."""
     names = set(NAMES) | {f"no{n}" for n in NAMES}

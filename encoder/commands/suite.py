@@ -61,6 +61,9 @@ flags.DEFINE_string("watch", "", "a pretraining workdir: run this suite on each 
                     "--workdir/curve.jsonl (encoder/studies/watch.py)")
 flags.DEFINE_float("watch_poll", 60.0, "--watch: seconds between looks for new checkpoints")
 flags.DEFINE_bool("watch_once", False, "--watch: score the checkpoints there now, then stop")
+flags.DEFINE_bool("watch_follow_job", False, "--watch: wait for the run to start; end when its "
+                  "job has ended (its exit record), finished or not (what encoder.ablate "
+                  "--watch starts)")
 FLAGS = flags.FLAGS
 
 
@@ -81,8 +84,8 @@ def _watch(opts) -> None:
     with Lock(FLAGS.workdir):  # one watcher a folder
         errors.mark_output(FLAGS.workdir, "watch", run=os.path.abspath(FLAGS.watch))
         result = watch.watch(os.path.abspath(FLAGS.watch), os.path.abspath(FLAGS.workdir),
-                             opts, battery.run_suite,
-                             FLAGS.watch_poll, FLAGS.watch_once)
+                             opts, battery.run_suite, FLAGS.watch_poll, FLAGS.watch_once,
+                             follow_job=FLAGS.watch_follow_job)
     print(f"watched {FLAGS.watch}: {len(result['scored'])} checkpoints scored "
           f"({FLAGS.workdir}/curve.jsonl)" + (f", {len(result['missed'])} missed"
                                                if result["missed"] else ""))

@@ -9,6 +9,8 @@ child tied to it (encoder/tether.py): SIGTERM reaches the suite, which stops its
 fine-tunings; a suite stopped that way exits 75 and the job with it (resumable).
 
     config.suite.init_from   the pretraining run the suite scores
+    config.suite.watch       or: the run a watcher follows (encoder.ablate --watch: the suite
+                             on each checkpoint while the run trains, beside it)
     config.suite.out         the suite's folder (suite.md, suite.json, its runs)
     config.suite.args        further encoder.suite flags (--preset=runlocal, --only=...)
 """
@@ -27,9 +29,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def command(suite) -> list[str]:
-    """The encoder.suite command line of a config.suite."""
-    return [sys.executable, "-m", "encoder.suite", f"--init_from={suite.init_from}",
-            f"--workdir={suite.out}", *suite.args]
+    """The encoder.suite command line of a config.suite (a watcher's where it names one)."""
+    model = (f"--watch={suite.watch}" if suite.get("watch") else
+             f"--init_from={suite.init_from}")
+    return [sys.executable, "-m", "encoder.suite", model, f"--workdir={suite.out}", *suite.args]
+
+
+def _finished(run: str) -> bool:
+    try:
+        with open(os.path.join(run, workdir_lib.RUN)) as f:
+            return "finished" in json.load(f)
+    except (OSError, ValueError):
+        return False
 
 
 def _write_run(workdir: str, record: dict) -> None:
@@ -55,6 +66,10 @@ def run(config, workdir: str) -> dict:
                 signal.signal(s, handler)
         if rc:
             raise SystemExit(rc)  # 75: stopped by a signal, resumable; else the suite's error
+        if config.suite.get("watch") and not _finished(config.suite.watch):
+            raise SystemExit(f"error: {config.suite.watch} ended unfinished; its watcher "
+                             f"scored what it kept ({config.suite.out}) and follows it again "
+                             "when the study is started again")
         record["finished"] = {"time": time.time(), "host": socket.gethostname()}
         _write_run(workdir, record)
     return {"suite": config.suite.out}

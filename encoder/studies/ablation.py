@@ -279,6 +279,29 @@ def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
     return out
 
 
+def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
+    """One watcher per pretraining run (encoder/studies/watch.py): the suite on each of its
+    checkpoints while it trains, into STUDY/watch/<run> (the curves' source), as a run of
+    the study beside its run (its records in STUDY/watch_jobs/<run>: not inside the run's
+    folder, which only the run itself may create)."""
+    out = []
+    for r in planned:
+        d = run_dir(r, root)
+        args = ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + [
+            "--watch_follow_job", "--watch_poll=5"] + list(extra)
+        config = {"mode": "suite", "suite": {"watch": d, "out": os.path.join(
+            root, "watch", r["dir"]), "args": args}}
+        out.append(runner.make_run(f"{r['dir']}/watch", os.path.join(
+            root, "watch_jobs", r["dir"]), config))
+    return out
+
+
+def with_watchers(runs: list, watchers: list) -> list:
+    """Each run followed by its watcher: with runs at once capped, a run starts before the
+    watchers of later runs (a watcher started after its run scores what it kept)."""
+    return [x for pair in zip(runs, watchers) for x in pair] if watchers else runs
+
+
 def suite_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     """One suite job per pretraining run (encoder/jobs/suite.py): its records in
     <run>/suite_job/, its scores in <run>/suite/; run by the study's launcher, like the
@@ -347,9 +370,13 @@ def read_run(run: dict, root: str) -> dict:
         with open(ft) as f:
             for k, v in json.load(f).get("dev", {}).items():
                 out[f"finetune/{k}"] = v
-    if os.path.exists(os.path.join(d, "suite", "suite.json")):
-        from encoder.studies.suite import battery
-        out.update(battery.suite_average(os.path.join(d, "suite")))
+    # the suite's scores: its own run's, else the watcher's of the final checkpoint
+    watched = os.path.join(root, "watch", run["dir"], f"step_{out['checkpoint_step'] or 0:07d}")
+    for folder in (os.path.join(d, "suite"), watched):
+        if os.path.exists(os.path.join(folder, "suite.json")):
+            from encoder.studies.suite import battery
+            out.update(battery.suite_average(folder))
+            break
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     from encoder.objectives import objectives
@@ -554,7 +581,8 @@ class Study:
     finetune_data: str = ""
     finetune_set: tuple = ()
     suite: str = ""
-    suite_args: tuple = ()         # encoder.suite flags for every suite (launcher ones too)
+    suite_args: tuple = ()         # encoder.suite flags for every suite
+    watch: bool = False            # a watcher beside each run: the suite on each checkpoint
     wsd_budgets: tuple = ()
     wsd_decay_fraction: float = 0.2
     wsd_shape: str = "linear"
@@ -610,7 +638,9 @@ def _run_planned(study: Study, launcher, root: str, stables: list, planned: list
     try:
         if stables and not execute(pretraining_runs(stables, root), launcher):
             return
-        if not execute(pretraining_runs(planned, root), launcher):
+        watchers = watch_runs(planned, root, study.suite, list(study.suite_args)) \
+            if study.watch else []
+        if not execute(with_watchers(pretraining_runs(planned, root), watchers), launcher):
             return  # detached or a dry run: the same command later waits and reports
         if study.finetune and not execute(finetuning_runs(
                 planned, root, study.finetune, study.finetune_data, study.finetune_set),

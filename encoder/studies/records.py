@@ -98,6 +98,11 @@ def has_checkpoint(workdir: str) -> bool:
     return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))
 
 
+# Fields that change what a run scores along the way, not the run (a workdir lets them
+# change too): a study with another declared evaluator resumes its runs, never reruns them.
+SCORING_ONLY = ("evals.", "evals:")
+
+
 def stale_reason(workdir: str, config: dict) -> list[str]:
     """Why the folder is not this run's: the fields that differ ([] when it is, or is empty)."""
     if not os.path.isdir(workdir) or not os.listdir(workdir):
@@ -105,7 +110,8 @@ def stale_reason(workdir: str, config: dict) -> list[str]:
     old = jobconfig.read(workdir)
     if old is None:
         return [f"no {jobconfig.JOB_CONFIG}: not a run of this study"]
-    return jobconfig.changed_fields(old, config)
+    return [c for c in jobconfig.changed_fields(old, config)
+            if not c.startswith(SCORING_ONLY)]
 
 
 def read_inputs(workdir: str) -> dict | None:

@@ -1,7 +1,10 @@
 """Downstream scores on every checkpoint of a pretraining run: the curve, not only the end.
 
     python -m encoder.suite --watch=WORKDIR --workdir=OUT [--probe_only] [suite flags]
-        [--watch_poll=60] [--watch_once]
+        [--watch_poll=60] [--watch_once] [--watch_follow_job]
+
+(`encoder.ablate --watch` starts one beside each of its runs, as a run of the study:
+--watch_follow_job waits for the run to start and ends when its job has ended.)
 
 Follows WORKDIR (a pretraining run, running or finished) and runs the suite once on each
 checkpoint it keeps, into OUT/step_NNNNNNN/ (a suite folder of its own, as
@@ -141,9 +144,22 @@ def note_missed(workdir: str, out: str) -> list[int]:
     return missed
 
 
+def job_ended(workdir: str) -> bool:
+    """The run's job has exited, however (its launcher's exit record): a failed or stopped
+    run writes no more checkpoints until something starts it again."""
+    from encoder.studies import records
+    return records.read_exit(workdir) is not None
+
+
 def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
-          once: bool = False, sleep=time.sleep) -> dict:
-    """Scores each checkpoint of workdir once, until the run has finished (or once)."""
+          once: bool = False, sleep=time.sleep, follow_job: bool = False) -> dict:
+    """Scores each checkpoint of workdir once, until the run has finished (or once).
+    follow_job (a watcher a study started beside its run): waits for the run to start, and
+    ends when its job has ended, finished or not."""
+    while follow_job and not os.path.isfile(os.path.join(workdir, "config.json")):
+        if job_ended(workdir):
+            return {"scored": [], "missed": [], "finished": False}
+        sleep(poll_s)
     if not os.path.isfile(os.path.join(workdir, "config.json")):
         raise FileNotFoundError(f"--watch={workdir}: not a pretraining workdir (no "
                                 "config.json yet: start the run first)")
@@ -156,7 +172,8 @@ def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
     os.makedirs(out, exist_ok=True)
     check_settings(out, opts)
     while True:
-        done = finished(workdir)  # read before scoring: a checkpoint after it is the last
+        # read before scoring: a checkpoint after it is the last
+        done = finished(workdir) or (follow_job and job_ended(workdir))
         score_new(workdir, out, opts, run_suite)
         missed = note_missed(workdir, out)
         if once or done:

@@ -116,3 +116,34 @@ def test_zero_seeds_is_refused_up_front(tmp_path):
                           timeout=120, env=child_env())
     assert proc.returncode != 0 and "--seeds and --parallel must be at least 1" in proc.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_watchers_beside_the_runs_give_the_curves_and_the_final_scores(tmp_path,
+                                                                     tiny_pretrained):
+    """--watch: a watcher a run, each a run of the study (through its launcher), scoring
+    every checkpoint once while the run trains; its final checkpoint's suite is the table's
+    suite/* columns; a second invocation repeats nothing."""
+    import json
+    shared = (f"--config.data.tokenizer={tiny_pretrained}/tokenizer/sp.model",
+              f"--config.data.cache_dir={tiny_pretrained}/cache", "--watch",
+              "--suite_arg=--probe_only", "--suite_arg=--preset=runlocal",
+              "--suite_arg=--only=sts_relatedness", "--parallel=2")
+    proc = _study(tmp_path, *shared, steps=4, sweep="train.learning_rate=1e-3,2e-3", seeds=1)
+    out, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, out
+    names = ["learning_rate=0.001__seed0", "learning_rate=0.002__seed0"]
+    assert out.index(f"started {names[0]}/watch") < out.index(f"started {names[1]}")
+    with open(tmp_path / "results.csv") as f:
+        table = {r["variant"]: r for r in csv.DictReader(f)}
+    for name in names:
+        with open(tmp_path / "watch" / name / "curve.jsonl") as f:
+            curve = [json.loads(line) for line in f]
+        assert [r["step"] for r in curve] == [4]  # checkpoint_every=4: one, the last
+        row = table[name.split("__")[0]]
+        assert float(row["suite/sts_relatedness"]) == pytest.approx(
+            curve[-1]["suite/sts_relatedness"], abs=1e-9)
+    assert "Primary metric: `suite/average`" in (tmp_path / "results.md").read_text()
+    proc = _study(tmp_path, *shared, steps=4, sweep="train.learning_rate=1e-3,2e-3", seeds=1)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0 and "started" not in out and "rerunning" not in out, out
+    assert f"skip {names[0]}/watch (finished)" in out

@@ -84,3 +84,16 @@ def test_objectives_are_ranked_only_on_a_metric_they_share(tmp_path):
         "evals/sts/cosine_spearman"
     plain = [{k: v for k, v in r.items() if not k.startswith("evals/")} for r in rows[:2]]
     assert ablation.primary_metric(plain) == "eval/mlm_accuracy"
+
+
+def test_another_declared_evaluator_is_not_another_run(tmp_path):
+    """config.evals changes what a run scores along the way, not the run: a study given
+    another evaluator resumes its runs (a workdir lets evals change too), never reruns."""
+    from encoder.studies import jobconfig, records
+    old = {"seed": 0, "train": {"num_steps": 10}, "evals": {}}
+    jobconfig.write(str(tmp_path), old)
+    new = {**old, "evals": {"sts": {"kind": "embedding", "task": "sts_relatedness"}}}
+    assert records.stale_reason(str(tmp_path), new) == []
+    assert records.stale_reason(str(tmp_path), {k: v for k, v in new.items()
+                                                if k != "evals"}) == []
+    assert records.stale_reason(str(tmp_path), {**new, "seed": 1}) == ["seed: 0 -> 1"]
