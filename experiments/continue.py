@@ -29,17 +29,31 @@ DEFAULT_TRAIN = dict(num_steps=1000, learning_rate=1e-4, warmup_steps=50, schedu
                      decay_fraction=0.2, log_every=50, eval_every=250, checkpoint_every=250)
 
 
-def _recipe_phase(recipe: str, phase: str):
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{recipe}.py")
-    if not os.path.isfile(path):
-        names = sorted(n[:-3] for n in os.listdir(os.path.dirname(path))
-                       if n.endswith(".py") and not n.startswith("_"))
-        raise ValueError(f"recipe={recipe!r}: no experiments/{recipe}.py; recipes: "
-                         f"{', '.join(names)}")
-    spec = importlib.util.spec_from_file_location(f"recipe_{recipe}", path)
+def _experiment(name: str):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"recipe_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    config = module.get_config(None)
+    return module.get_config(None)
+
+
+def recipes() -> list[str]:
+    """The pretraining experiments here (not this file, fine-tuning, evaluation, embedding)."""
+    folder = os.path.dirname(os.path.abspath(__file__))
+    names = sorted(n[:-3] for n in os.listdir(folder) if n.endswith(".py")
+                   and not n.startswith("_") and n != "continue.py")
+    return [n for n in names if _experiment(n).get("mode", "pretrain") == "pretrain"]
+
+
+def _recipe_phase(recipe: str, phase: str):
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{recipe}.py")
+    if recipe == "continue" or not os.path.isfile(path):
+        raise ValueError(f"recipe={recipe!r}: no pretraining recipe experiments/{recipe}.py; "
+                         f"recipes: {', '.join(recipes())}")
+    config = _experiment(recipe)
+    if config.get("mode", "pretrain") != "pretrain":
+        raise ValueError(f"recipe={recipe!r}: experiments/{recipe}.py is a {config.mode} "
+                         f"experiment, not a pretraining recipe; recipes: {', '.join(recipes())}")
     declared = [p.get("name") for p in phases_lib.declared(config)]
     if not config.get("phases"):
         if phase not in ("", "main"):

@@ -100,3 +100,14 @@ def test_arg_overrides_the_recipe():
     config = load("bert_base", "position=rope,size=tiny")
     assert config.model.position == "rope" and config.model.hidden_size == 128
     assert config.model.vocab_size == 30522
+
+
+def test_continue_offers_only_pretraining_recipes():
+    import importlib
+    cont = importlib.import_module("experiments.continue")
+    names = cont.recipes()
+    assert "modernbert_base" in names and "pretrain" in names
+    assert not {"finetune", "evaluate", "embed", "continue"} & set(names)
+    with pytest.raises(ValueError, match=r"experiments/finetune.py is a finetune experiment, "
+                                         r"not a pretraining recipe; recipes: albert_base"):
+        cont.get_config("recipe=finetune")

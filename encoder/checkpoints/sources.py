@@ -113,6 +113,7 @@ def load(init_from: str) -> Pretrained:
 def load_tokenizer(init_from: str):
     """The tokenizer of a source alone (no parameter is read): for checks before a job
     prepares anything."""
+    init_from, _ = split_step(init_from)  # WORKDIR@STEP: the workdir's tokenizer
     if init_from.startswith("hf:"):
         return tokenizer_lib.load(init_from[3:])
     config_path = os.path.join(init_from, "config.json")

@@ -377,12 +377,13 @@ def train(config, workdir: str, devices=None) -> dict:
         config = config.copy_and_resolve_references()
         for line in sources.fill_from_source(config, config_lib.model_config("tiny")):
             report(f"from {config.init_from}: {line}")
+    source_path = sources.split_step(config.init_from)[0]  # WORKDIR@STEP: the workdir
     if config.init_from and not config.init_from.startswith("hf:") and not os.path.isdir(
-            config.init_from) and not store.has_checkpoint(workdir):  # resume needs no source
-        if os.path.exists(config.init_from):
+            source_path) and not store.has_checkpoint(workdir):  # resume needs no source
+        if os.path.exists(source_path):
             raise ValueError(f"init_from={config.init_from!r} is a file; it takes a workdir of "
                              "this codebase, a params folder, or hf:DIR (a HuggingFace folder)")
-        raise FileNotFoundError(f"init_from={config.init_from!r} does not exist")
+        raise FileNotFoundError(f"init_from={config.init_from!r}: {source_path} does not exist")
     validate(config)  # before the workdir is touched: a refused config writes nothing
     check_fits(config, devices)
     if config.init_from and config.data.tokenizer and not store.has_checkpoint(workdir):
@@ -407,8 +408,9 @@ def _start_full(run: Run, workdir: str):
     if cfg.get("init_state", "params") != "full" or store.has_checkpoint(workdir):
         return None, None
     run.trainer.initial_state = None  # freed before the source's state is read
-    state, data_state, _, step = _checkpoint_at(cfg.init_from, cfg.get("init_step", -1),
-                                                run.trainer.abstract_state())
+    path, at = sources.split_step(cfg.init_from)  # WORKDIR@STEP is init_step=STEP
+    state, data_state, _, step = _checkpoint_at(path, cfg.get("init_step", -1) if at is None
+                                                else at, run.trainer.abstract_state())
     run.trainer.initial_state = state
     report(f"starting from {cfg.init_from} at step {step} (parameters, optimizer state and "
            "data position)")

@@ -124,3 +124,27 @@ def test_init_fresh_restarts_what_it_names_and_refuses_a_typo():
                                          r"model or of SRC lies under it; its paths start "
                                          r"encoder/blocks_0, encoder/blocks_1, mlm_head/b"):
         rep.check("SRC", {}, {}, allowed="encoder/blocks_1,encoder/blocks_9")
+
+
+def test_a_run_starts_from_a_workdir_checkpoint_by_step(tmp_path):
+    """init_from=WORKDIR@STEP (what the watcher and the suite name) for pretraining: its
+    tokenizer check, its parameters and, with init_state=full, its whole state."""
+    config = tiny_pretrain_config(num_steps=4, checkpoint_every=2, keep_checkpoints=3,
+                                  log_every=1)
+    src = str(tmp_path / "src")
+    pretrain.train(config, src, devices=jax.devices()[:1])
+    go = tiny_pretrain_config(num_steps=2, checkpoint_every=2, eval_every=2)
+    go.init_from = f"{src}@2"
+    go.data.tokenizer = os.path.join(src, "tokenizer", "sp.model")
+    pretrain.train(go, str(tmp_path / "from2"), devices=jax.devices()[:1])
+    full = tiny_pretrain_config(num_steps=4, checkpoint_every=2, log_every=1)
+    full.init_from, full.init_state = f"{src}@2", "full"
+    full.data.tokenizer = go.data.tokenizer
+    pretrain.train(full, str(tmp_path / "full"), devices=jax.devices()[:1])
+    losses = {d: [r["train/loss"] for r in _rows(str(tmp_path / d)) if "train/loss" in r]
+              for d in ("src", "full")}
+    assert len(losses["full"]) == 2  # steps 3 and 4, continued from step 2's state
+    assert losses["full"] == pytest.approx(losses["src"][2:], rel=1e-5)
+    go.init_from = f"{tmp_path / 'nowhere'}@2"
+    with pytest.raises(FileNotFoundError, match=r"nowhere@2'.*nowhere does not exist"):
+        pretrain.train(go, str(tmp_path / "x"), devices=jax.devices()[:1])
