@@ -533,7 +533,7 @@ def write_curves(rows: list[dict], root: str) -> None:
         if points:
             found.setdefault(r["variant"], {})[r["seed"]] = points
     metrics = sorted({k for seeds in found.values() for pts in seeds.values() for p in pts
-                      for k in p if k.startswith(("eval/", "suite/"))
+                      for k in p if k.startswith(("eval/", "evals/", "suite/"))
                       or (k.startswith("probe/") and k.endswith("/best"))})
     if len(found) < 2 or not metrics:
         return

@@ -26,7 +26,8 @@ def run_points(run_dir: str, flops_per_step: float, tokens_per_step: float,
         with open(path) as f:
             for line in f:
                 row = json.loads(line)
-                held = {k: v for k, v in row.items() if k.startswith("eval/")}
+                held = {k: v for k, v in row.items() if k.startswith(("eval/", "evals/"))
+                        and not k.endswith("/best_layer")}  # declared evaluators too
                 if held:
                     by_step.setdefault(row["step"], {}).update(held)
     curve = os.path.join(watch_dir, "curve.jsonl") if watch_dir else ""

@@ -54,3 +54,13 @@ def test_variants_compare_paired_by_seed_at_matched_flops(tmp_path):
     assert text.count("| b > a |") == 3
     curves.plot(c, ["m"], str(tmp_path / "curves.png"))
     assert os.path.getsize(tmp_path / "curves.png") > 1000
+
+
+def test_declared_evaluators_are_points_of_the_curve(tmp_path):
+    d, _ = _run(tmp_path, "b", [(2, 0.1)])
+    with open(os.path.join(d, "metrics.jsonl"), "a") as f:
+        f.write(json.dumps({"step": 4, "evals/sts/cosine_spearman": 0.25,
+                            "evals/topic/best_layer": 2.0, "train/loss": 0.9}) + "\n")
+    pts = curves.run_points(d, flops_per_step=1.0, tokens_per_step=1.0)
+    assert pts[-1] == {"step": 4, "flops": 4.0, "tokens": 4.0,
+                       "evals/sts/cosine_spearman": 0.25}  # a layer index is no score
