@@ -181,5 +181,6 @@ def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
             if missed:
                 print(f"missed {len(missed)} checkpoints deleted before they were scored "
                       f"(steps {missed}): raise the run's train.keep_checkpoints", flush=True)
-            return {"scored": sorted(state["scored"]), "missed": missed, "finished": done}
+            return {"scored": sorted(state["scored"]), "missed": missed,
+                    "finished": finished(workdir)}
         sleep(poll_s)

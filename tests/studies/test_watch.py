@@ -58,3 +58,32 @@ def test_each_checkpoint_is_scored_once_across_restarts(tmp_path):
 def test_a_folder_that_is_not_a_run_yet_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a pretraining workdir"):
         watch.watch(str(tmp_path), str(tmp_path / "out"), Opts(), scorer([]), once=True)
+
+
+def test_a_study_watcher_waits_for_its_run_and_ends_with_its_job(tmp_path):
+    """--watch_follow_job (ablate --watch): before the run starts, it waits; a run whose job
+    ended unfinished (a NaN, a kill) ends the watcher instead of holding the study forever."""
+    from encoder.studies import records
+    run = tmp_path / "run"
+    run.mkdir()
+    waits = []
+
+    def sleep(s):  # the run's job fails before writing anything
+        waits.append(s)
+        records.write_exit(str(run), 1)
+    result = watch.watch(str(run), str(tmp_path / "w"), Opts(), scorer([]), poll_s=5,
+                         sleep=sleep, follow_job=True)
+    assert waits == [5] and result == {"scored": [], "missed": [], "finished": False}
+    # a run that trained to step 2 and stopped (exit 75) unfinished: what it kept, then out
+    config = tiny_pretrain_config(num_steps=2, checkpoint_every=2)
+    pretrain.train(config, str(tmp_path / "r2"), devices=jax.devices()[:1])
+    with open(tmp_path / "r2" / "run.json") as f:
+        record = json.load(f)
+    record.pop("finished")
+    with open(tmp_path / "r2" / "run.json", "w") as f:
+        json.dump(record, f)
+    records.write_exit(str(tmp_path / "r2"), 75)
+    calls = []
+    result = watch.watch(str(tmp_path / "r2"), str(tmp_path / "w2"), Opts(), scorer(calls),
+                         sleep=lambda s: pytest.fail("waited on an ended job"), follow_job=True)
+    assert calls == [f"{tmp_path / 'r2'}@2"] and not result["finished"]
