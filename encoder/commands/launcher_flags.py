@@ -63,7 +63,19 @@ def options(parallel: int = 1, job_name: str = "encoder") -> dict:
     return dict(parallel=parallel)
 
 
+def check() -> None:
+    """--dry_run and --detach need a launcher with scripts and a queue (not local)."""
+    from encoder import errors
+    for name in ("dry_run", "detach"):
+        if FLAGS.launcher == "local" and FLAGS[name].value:
+            raise errors.UsageError(
+                f"--{name} is for --launcher=slurm or tpu_vm (it prints or submits their "
+                f"scripts); with the local launcher it would run everything: drop it, or "
+                "choose a launcher")
+
+
 def make(parallel: int = 1, job_name: str = "encoder"):
+    check()
     return launchers.make(FLAGS.launcher, **options(parallel, job_name))
 
 

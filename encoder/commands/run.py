@@ -119,6 +119,7 @@ def _resumable() -> bool:
 def main(argv):
     """_run, with the errors a user can act on reported in one line (no traceback)."""
     tether.hold()  # started by a study: SIGTERM (checkpoint, exit 75) when the study dies
+    one_line_errors(lambda _: launcher_flags.check())(argv)
     if FLAGS.launcher != "local":
         _launch()
     one_line_errors(_run, resumable=_resumable)(argv)

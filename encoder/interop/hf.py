@@ -40,11 +40,24 @@ def read_config(folder: str) -> dict:
     if not isinstance(hf, dict):
         raise ValueError(f"{path}: expected a JSON object of the model's settings, got "
                          f"{type(hf).__name__}")
+    _not_ours(folder, hf)
     for key in family_lib.REQUIRED:
         value = hf.get(key)
         if key in hf and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{path}: {key} is {value!r}; expected a positive integer")
     return hf
+
+
+def _not_ours(folder: str, config: dict) -> None:
+    """A workdir or params folder of this codebase given where an HF folder is read."""
+    if isinstance(config.get("model"), dict) and ("train" in config or "mode" in config):
+        raise ValueError(f"{folder} is a workdir of this codebase, not a HuggingFace folder: "
+                         f"give it as init_from={folder} (no hf:), or export it first "
+                         "(python -m encoder export)")
+    if os.path.isdir(os.path.join(folder, "params")) and os.path.isfile(
+            os.path.join(folder, "model_config.json")):
+        raise ValueError(f"{folder} is a params folder of this codebase, not a HuggingFace "
+                         f"folder: give it as init_from={folder} (no hf:)")
 
 
 def read_tensors(folder: str) -> dict[str, np.ndarray]:
@@ -70,6 +83,14 @@ def read_tensors(folder: str) -> dict[str, np.ndarray]:
                              f"({errors_lib.one_line(str(e))[:200]}): it is truncated or "
                              "damaged; copy it again from the model") from None
         return {k: v.float().numpy() for k, v in state.items()}
+    if os.path.isfile(os.path.join(folder, "config.json")):
+        with open(os.path.join(folder, "config.json"), encoding="utf-8", errors="replace") as f:
+            try:
+                _not_ours(folder, json.load(f))
+            except json.JSONDecodeError:
+                pass
+    if os.path.isfile(os.path.join(folder, "model_config.json")):
+        _not_ours(folder, {})
     raise FileNotFoundError(f"{folder}: expected model.safetensors or pytorch_model.bin")
 
 

@@ -250,6 +250,10 @@ def _merge(workdirs: str, out: str, method: str, weights: str, last: int,
     for i in range(1, len(entries)):
         name = (f"{entries[i][0]}@{used[i]['step']}{_phase_name(runs[i], used[i]['step'])} and "
                 f"{entries[0][0]}@{used[0]['step']}{_phase_name(runs[0], used[0]['step'])}")
+        objectives = [r.get("objective", "mlm") for r in (runs[i], runs[0])]
+        if objectives[0] != objectives[1]:
+            raise ValueError(f"cannot merge {name}: different objectives ({objectives[0]} vs "
+                             f"{objectives[1]}): their parameters are different models")
         diff = _model_diff(models[i], models[0])
         if diff:
             raise ValueError(f"cannot merge {name}: different models:\n  " + "\n  ".join(diff))

@@ -58,3 +58,19 @@ def test_the_kernel_knows_a_command_by_a_name_without_spaces():
     rc, out, err = _run("-c", probe)
     assert rc == 0, err
     assert out.strip() == "encoder-tasks"
+
+
+def test_dry_run_and_detach_are_refused_with_the_local_launcher(tmp_path):
+    # they would run everything (hostile pass 36 #76: a "dry run" ran four runs)
+    for flag in ("--dry_run", "--detach"):
+        rc, _, err = _run("-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+                          f"--workdir={tmp_path / 'w'}", flag)
+        assert rc == 1 and f"error: {flag} is for --launcher=slurm or tpu_vm" in err, err
+    rc, _, err = _run("-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+                      "--sweep=train.learning_rate=1e-3", f"--workdir={tmp_path / 's'}",
+                      "--dry_run")
+    assert rc == 1 and err.strip() == ("error: --dry_run is for --launcher=slurm or tpu_vm (it "
+                                       "prints or submits their scripts); with the local "
+                                       "launcher it would run everything: drop it, or choose "
+                                       "a launcher"), err
+    assert not (tmp_path / "w").exists()

@@ -97,6 +97,11 @@ def test_merge_refuses_mismatched_inputs(ema_run, tiny_pretrained, tmp_path):
         json.dump(cfg, f)
     with pytest.raises(ValueError, match=r"different models:\n  model.rope_theta"):
         merge.merge(f"{wd},{model}", str(tmp_path / "o2"))
+    cfg["model"]["rope_theta"], cfg["objective"] = 10000.0, "rtd"  # as an RTD run says
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    with pytest.raises(ValueError, match=r"different objectives \(rtd vs mlm\)"):
+        merge.merge(f"{wd},{model}", str(tmp_path / "o2"))
     shaped = _copy_run(wd, str(tmp_path / "shape"))
     state = _raw(wd, 4)
     node, path = state["params"], ""
