@@ -307,6 +307,9 @@ def experiment(arg: str | None = None, **defaults) -> ml_collections.ConfigDict:
     return apply_options(base_config(), defaults, OPTIONS)
 
 
+KEPT_BY_RUNLOCAL = ("steps",)  # options an explicit value of keeps over runlocal's
+
+
 def finalize(config: ml_collections.ConfigDict, arg: str | None,
              after_runlocal: dict | None = None) -> ml_collections.ConfigDict:
     """Applies the experiment arg (key=value,...) last; `runlocal` shrinks after everything
@@ -318,4 +321,7 @@ def finalize(config: ml_collections.ConfigDict, arg: str | None,
     apply_options(config, options, OPTIONS)
     if shrink:
         runlocal(config)
+        # an explicit step count is the user's, not runlocal's (steps=5,runlocal: 5 steps)
+        apply_options(config, {k: v for k, v in options.items() if k in KEPT_BY_RUNLOCAL},
+                      OPTIONS)
     return apply_options(config, after, after_runlocal or {})

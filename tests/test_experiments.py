@@ -111,3 +111,10 @@ def test_continue_offers_only_pretraining_recipes():
     with pytest.raises(ValueError, match=r"experiments/finetune.py is a finetune experiment, "
                                          r"not a pretraining recipe; recipes: albert_base"):
         cont.get_config("recipe=finetune")
+
+
+def test_an_explicit_step_count_survives_runlocal():
+    from experiments import pretrain as exp
+    assert exp.get_config("steps=5,runlocal").train.num_steps == 5
+    assert exp.get_config("runlocal,steps=7").train.num_steps == 7
+    assert exp.get_config("runlocal").train.num_steps == 20
