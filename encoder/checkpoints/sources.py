@@ -143,6 +143,7 @@ def model_config(init_from: str):
 
 def tokenizer_path(init_from: str) -> str:
     """The path tokenizer.load reads a source's tokenizer from."""
+    init_from, _ = split_step(init_from)  # WORKDIR@STEP: the workdir's tokenizer
     if init_from.startswith("hf:"):
         return init_from[3:]
     for path in (os.path.join(init_from, "tokenizer", "sp.model"),

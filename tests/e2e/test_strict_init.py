@@ -145,6 +145,12 @@ def test_a_run_starts_from_a_workdir_checkpoint_by_step(tmp_path):
               for d in ("src", "full")}
     assert len(losses["full"]) == 2  # steps 3 and 4, continued from step 2's state
     assert losses["full"] == pytest.approx(losses["src"][2:], rel=1e-5)
+    from helpers import experiment_config
+    cont = experiment_config("continue")  # its model and tokenizer filled from src@2
+    cont.init_from = f"{src}@2"
+    cont.train.update(dict(num_steps=2, checkpoint_every=2, eval_every=2))
+    pretrain.train(cont, str(tmp_path / "continued"), devices=jax.devices()[:1])
+    assert _rows(str(tmp_path / "continued"))[0]["step"] == 0  # the source's own figure
     go.init_from = f"{tmp_path / 'nowhere'}@2"
     with pytest.raises(FileNotFoundError, match=r"nowhere@2'.*nowhere does not exist"):
         pretrain.train(go, str(tmp_path / "x"), devices=jax.devices()[:1])
