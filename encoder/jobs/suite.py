@@ -17,10 +17,8 @@ fine-tunings; a suite stopped that way exits 75 and the job with it (resumable).
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 
 from encoder import tether
 from encoder.train import workdir as workdir_lib
@@ -33,14 +31,6 @@ def command(suite) -> list[str]:
     model = (f"--watch={suite.watch}" if suite.get("watch") else
              f"--init_from={suite.init_from}")
     return [sys.executable, "-m", "encoder.suite", model, f"--workdir={suite.out}", *suite.args]
-
-
-def _finished(run: str) -> bool:
-    try:
-        with open(os.path.join(run, workdir_lib.RUN)) as f:
-            return "finished" in json.load(f)
-    except (OSError, ValueError):
-        return False
 
 
 def _write_run(workdir: str, record: dict) -> None:
@@ -66,10 +56,9 @@ def run(config, workdir: str) -> dict:
                 signal.signal(s, handler)
         if rc:
             raise SystemExit(rc)  # 75: stopped by a signal, resumable; else the suite's error
-        if config.suite.get("watch") and not _finished(config.suite.watch):
+        if config.suite.get("watch") and not workdir_lib.finished(config.suite.watch):
             raise SystemExit(f"error: {config.suite.watch} ended unfinished; its watcher "
                              f"scored what it kept ({config.suite.out}) and follows it again "
                              "when the study is started again")
-        record["finished"] = {"time": time.time(), "host": socket.gethostname()}
-        _write_run(workdir, record)
+        workdir_lib.record_finished(workdir)
     return {"suite": config.suite.out}

@@ -28,6 +28,7 @@ import time
 from encoder import errors
 from encoder.eval import identity
 from encoder.studies import jobconfig
+from encoder.train import workdir as workdir_lib
 
 RUN = "run.json"
 INPUTS = "inputs.json"
@@ -54,8 +55,7 @@ def _json(path: str):
 
 def finished(workdir: str) -> bool:
     """The job's own completion record (run.json's `finished`)."""
-    record = _json(os.path.join(workdir, RUN))
-    return bool(record and record.get("finished"))
+    return workdir_lib.finished(workdir)
 
 
 def write_exit(workdir: str, rc: int, **extra) -> None:

@@ -21,6 +21,7 @@ import os
 import time
 
 from encoder.train import metrics_io
+from encoder.train import workdir as workdir_lib
 
 STATE = "watch.json"
 CURVE = "curve.jsonl"
@@ -37,11 +38,7 @@ def checkpoint_steps(workdir: str) -> list[int]:
 
 def finished(workdir: str) -> bool:
     """The run recorded that it ran to its end (run.json's `finished`)."""
-    try:
-        with open(os.path.join(workdir, "run.json")) as f:
-            return "finished" in json.load(f)
-    except (OSError, ValueError):
-        return False
+    return workdir_lib.finished(workdir)
 
 
 def per_step(workdir: str) -> tuple[float, float]:

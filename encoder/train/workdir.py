@@ -279,6 +279,15 @@ def record_identity(workdir: str, config, topology: dict | None = None) -> None:
     os.replace(tmp, os.path.join(workdir, RUN))
 
 
+def finished(workdir: str) -> bool:
+    """run.json's `finished` record is there: the job ran to its end."""
+    try:
+        with open(os.path.join(workdir, RUN)) as f:
+            return bool(json.load(f).get("finished"))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def record_finished(workdir: str, **summary) -> None:
     """run.json's `finished` record: the job ran to its end (what a study reads as done).
     A restart rewrites run.json without it (record_identity), so it never outlives a rerun."""
