@@ -61,7 +61,63 @@ class Declared:
     @property
     def key(self) -> str:
         """What identifies its scores in the record: a changed option is a new evaluator."""
-        return json.dumps({"kind": self.kind, **self.options}, sort_keys=True)
+        return key(self.kind, self.options)
+
+
+def key(kind: str, options: dict) -> str:
+    """An evaluator's protocol as one string: its kind and every option but the cadence."""
+    return json.dumps({"kind": kind, **options}, sort_keys=True)
+
+
+def planned_keys(evals, checkpoint_every: int = 1) -> dict:
+    """{name: key} of config.evals."""
+    return {name: key(kind, options)
+            for name, kind, _, options in parse(evals, checkpoint_every)}
+
+
+def recorded_keys(workdir: str) -> dict:
+    """{name: {key: [steps]}} of WORKDIR/evals.jsonl: the protocols its scores were made
+    under ({} when nothing was scored)."""
+    from encoder.train import metrics_io
+    out: dict = {}
+    for (name, step, k) in metrics_io.ScoreRecord(workdir).scores:
+        out.setdefault(name, {}).setdefault(k, []).append(step)
+    return out
+
+
+def option_changes(old: str, new: str) -> str:
+    """'max_train: 1000 -> 50, layer: -1 -> 2' between two keys."""
+    a, b = json.loads(old), json.loads(new)
+    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
+                     if a.get(k) != b.get(k))
+
+
+def protocol_changes(planned: dict, recorded: dict) -> list[str]:
+    """The declared evaluators whose options differ from those the record's scores were
+    made under, one line each (name, steps scored, what changed): [] when none does."""
+    out = []
+    for name, new in planned.items():
+        for old, steps in (recorded.get(name) or {}).items():
+            if old != new:
+                steps = sorted(steps)
+                at = ", ".join(map(str, steps[:4])) + (", ..." if len(steps) > 4 else "")
+                out.append(f"config.evals.{name} ({option_changes(old, new)}; scored at "
+                           f"step {at} under the old options)")
+    return out
+
+
+def check_record(evals, checkpoint_every: int, workdir: str) -> None:
+    """Refuses to resume a run whose declared evaluator changed its options since it scored
+    (one curve, one metric name, two protocols), before any work."""
+    if not evals or not os.path.isdir(workdir):
+        return
+    changed = protocol_changes(planned_keys(evals, checkpoint_every), recorded_keys(workdir))
+    if changed:
+        raise UsageError(
+            f"{workdir}: {changed[0]}: its curve would mix two protocols under one name; "
+            "restore the option, declare the changed evaluator under a new name in the "
+            "config, or start a new workdir" + (f" ({len(changed) - 1} more)"
+                                               if len(changed) > 1 else ""))
 
 
 # ------------------------------------------------------------------------------ kinds

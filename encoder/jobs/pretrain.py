@@ -486,6 +486,7 @@ class _Stream:
 
 
 def _train(config, workdir: str, devices=None) -> dict:
+    evals.check_record(config.get("evals"), config.train.checkpoint_every, workdir)
     run = build(config, workdir, devices)
     cfg, plan = run.config, run.plan
     said: list = []

@@ -355,6 +355,9 @@ def read_run(run: dict, root: str) -> dict:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
     for r in rows:  # config.evals: each metric's last score (the final checkpoint's)
         out.update({k: v for k, v in r.items() if k.startswith("evals/")})
+    from encoder.jobs import evals as evals_lib
+    for name, keys in evals_lib.recorded_keys(d).items():  # the protocol of that last score
+        out[f"protocol/{name}"] = max(keys.items(), key=lambda kv: max(kv[1]))[0]
     # what the row scored: the run's final checkpoint (step, content hash) and its data
     try:
         scored = identity.source_identity(d)
@@ -398,7 +401,8 @@ def primary_metric(rows: list[dict]) -> str | None:
     rows train different objectives and share no downstream score (their held-out figures
     measure different things: RTD's eval/mlm_accuracy is its generator's)."""
     declared = sorted({k for r in rows for k in r if k.startswith("evals/")
-                       and not k.rsplit("/", 1)[-1].startswith(NOT_A_SCORE)})
+                       and not k.rsplit("/", 1)[-1].startswith(NOT_A_SCORE)
+                       and len(protocols(rows, k)) == 1})
     for key in DOWNSTREAM + tuple(declared):
         if all(key in r for r in rows):
             return key
@@ -408,6 +412,64 @@ def primary_metric(rows: list[dict]) -> str | None:
         if all(key in r for r in rows):
             return key
     return "final_train_loss"
+
+
+def protocols(rows: list[dict], metric: str) -> set:
+    """The protocols (encoder/jobs/evals.py keys) a declared evaluator's metric was scored
+    under across the rows: a metric scored under two is never ranked."""
+    name = metric.split("/")[1]
+    return {r.get(f"protocol/{name}") for r in rows if metric in r}
+
+
+def mixed_protocols(rows: list[dict]) -> list[str]:
+    """A line per declared evaluator whose rows were scored under different options: each
+    protocol's differing options and the variants scored under it."""
+    import json
+    out = []
+    for name in sorted({k.split("/")[1] for r in rows for k in r if k.startswith("evals/")}):
+        by_key: dict = {}
+        for r in rows:
+            if f"protocol/{name}" in r:
+                by_key.setdefault(r[f"protocol/{name}"], []).append(r["variant"])
+        if len(by_key) < 2:
+            continue
+        options = [json.loads(k) for k in by_key]
+        differ = sorted({o for d in options for o in d
+                         if len({json.dumps(e.get(o)) for e in options}) > 1})
+        parts = ["; ".join(" ".join(f"{o}={d.get(o)}" for o in differ)
+                           + f" ({', '.join(dict.fromkeys(v))})"
+                           for d, v in zip(options, by_key.values()))]
+        out.append(f"**evals/{name} is not compared: its runs were scored under different "
+                   f"options: {parts[0]}.**")
+    return out
+
+
+def check_protocols(planned: list[dict], root: str) -> None:
+    """Refuses a study whose declared evaluators changed options since its runs scored
+    them: the finished runs would be skipped with their old scores and ranked beside new
+    ones (issue 36), before anything is launched."""
+    from encoder.jobs import evals as evals_lib
+    for r in planned:
+        if not r["config"].get("evals"):
+            continue
+        changed = evals_lib.protocol_changes(evals_lib.planned_keys(r["config"].evals),
+                                             evals_lib.recorded_keys(run_dir(r, root)))
+        if changed:
+            raise errors.UsageError(
+                f"run {r['dir']}: {changed[0]}: the study's table would rank scores made "
+                "under two protocols; restore the option, or run the study with the new "
+                "options in a new --workdir")
+
+
+def check_equal_flops(sweeps: list[tuple[str, list]], base) -> None:
+    """--equal_flops sets each variant's train.num_steps: a sweep that sets it too would be
+    overridden in silence (issue 36: num_steps=4,8 both trained 4 steps)."""
+    for field, values in sweeps:
+        if "train.num_steps" in touched_fields(base, field, values):
+            raise errors.UsageError(
+                f"--sweep={field}=... sets train.num_steps, which --equal_flops sets for "
+                "every variant (to match the first variant's FLOPs): drop --equal_flops to "
+                "compare step budgets, or sweep another field")
 
 
 def no_common_metric(rows: list[dict]) -> str:
@@ -468,7 +530,8 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     table, keys = aggregate(rows)
     metric = primary_metric(rows)
     report.write_dict_csv(os.path.join(root, "runs.csv"), ["variant", "seed", "objective"]
-                          + keys + ["checkpoint", "data"], rows)
+                          + keys + ["checkpoint", "data"] + sorted(
+                              {k for r in rows for k in r if k.startswith("protocol/")}), rows)
     extra = [k for k in keys if k.startswith(("eval/", "evals/", "finetune/", "suite/"))
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss"] + ([metric] if metric else [])
@@ -502,6 +565,7 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
     if short:  # a run stopped early (a time budget) or a checkpoint that is not its last
         lines = [f"**WARNING: not every row scored its planned final step:** "
                  f"{'; '.join(short)}", ""] + lines
+    lines = [line for m in mixed_protocols(rows) for line in (m, "")] + lines
     first = [f"{metric} [95% CI]"] if metric else []
     lines += report.markdown_table(
         ["variant", "seeds", *first, *show, *header],
@@ -617,6 +681,8 @@ def run_study(study: Study, launcher) -> None:
     check(study)
     sweeps = [parse_sweep(s) for s in study.sweeps]
     check_sweeps(sweeps, study.config)
+    if study.equal_flops:
+        check_equal_flops(sweeps, study.config)
     planned = plan(study.config, expand(sweeps, study.zipped), study.seeds, study.equal_flops)
     stables = []
     if study.wsd_budgets:  # the stable runs first; the runs compared are their decays
@@ -625,6 +691,7 @@ def run_study(study: Study, launcher) -> None:
                                         study.wsd_decay_fraction, study.wsd_shape)
         except ValueError as e:
             raise errors.UsageError(str(e)) from None
+    check_protocols(planned, root)
     # Two commands on one study would each start, skip or move aside the other's runs and
     # report them FAILED while they run (issue 36): the second is refused here, untouched.
     with Lock(root):

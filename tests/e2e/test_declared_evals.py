@@ -51,3 +51,11 @@ def test_declared_evaluators_score_each_checkpoint_once_across_a_resume(tmp_path
     pretrain.train(config, d, devices=jax.devices()[:1])
     assert _record(d) == first
     assert _evals(d) == scores
+    # a restart that changes a scored evaluator's options is refused before any work
+    # (hostile pass 42 #12: one curve, two protocols)
+    config.evals.sts.max_eval = 20
+    config.train.num_steps = 16
+    with pytest.raises(declared.UsageError, match=r"config\.evals\.sts \(max_eval: 40 -> 20; "
+                                                  r"scored at step 8, 12"):
+        pretrain.train(config, d, devices=jax.devices()[:1])
+    assert _record(d) == first and sorted(os.listdir(os.path.join(d, "checkpoints"))) == ["12", "8"]

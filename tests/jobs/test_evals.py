@@ -92,3 +92,25 @@ def test_a_torn_last_line_is_scored_again(tmp_path):
         f.write('{"name": "ho", "step": 4, "ke')  # killed mid-write
     rec = metrics_io.ScoreRecord(str(tmp_path))
     assert rec.get(ev, 2) == {"loss": 0.2} and rec.get(ev, 4) is None
+
+
+def test_a_changed_option_of_a_scored_evaluator_is_refused_on_resume(tmp_path):
+    """Hostile pass 42 #12: a restart with topic.max_train 1000 -> 100 mixed two protocols
+    in one curve under one name. The record's keys are compared before any work."""
+    rec = metrics_io.ScoreRecord(str(tmp_path))
+    old = declared.entry("probe", task="topic")
+    for step in (2, 4):
+        rec.add(declared.Declared("topic", "probe", 2, {k: v for k, v in old.items()
+                                                         if k not in ("kind", "every")},
+                                  None), step, {"score": 0.5})
+    same = {"topic": dict(old)}
+    declared.check_record(same, 2, str(tmp_path))  # the same protocol resumes
+    declared.check_record({**same, "sts": declared.entry("embedding", task="sts_relatedness")},
+                          2, str(tmp_path))  # a new evaluator is scored from here on
+    declared.check_record({"topic": {**old, "every": 4}}, 2, str(tmp_path))  # cadence only
+    with pytest.raises(UsageError) as e:
+        declared.check_record({"topic": {**old, "max_train": 100}}, 2, str(tmp_path))
+    msg = str(e.value)
+    assert "config.evals.topic (max_train: 1000 -> 100; scored at step 2, 4" in msg, msg
+    assert "mix two protocols" in msg and "new name" in msg
+    declared.check_record({"topic": {**old, "max_train": 100}}, 2, str(tmp_path / "new"))

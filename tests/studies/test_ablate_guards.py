@@ -97,3 +97,61 @@ def test_another_declared_evaluator_is_not_another_run(tmp_path):
     assert records.stale_reason(str(tmp_path), {k: v for k, v in new.items()
                                                 if k != "evals"}) == []
     assert records.stale_reason(str(tmp_path), {**new, "seed": 1}) == ["seed: 0 -> 1"]
+
+
+def test_equal_flops_refuses_a_sweep_of_the_steps_it_sets():
+    """Hostile pass 42 #79: --sweep=train.num_steps=4,8 --equal_flops trained both 4 steps."""
+    base = _base()
+    with pytest.raises(errors.UsageError, match=r"train\.num_steps=\.\.\. sets train\.num_steps"
+                                                r", which --equal_flops sets"):
+        ablation.check_equal_flops([ablation.parse_sweep("train.num_steps=4,8")], base)
+    ablation.check_equal_flops([ablation.parse_sweep("model.activation=gelu,relu")], base)
+
+
+def _scored(workdir, name, step, **options):
+    from encoder.jobs import evals
+    from encoder.train import metrics_io
+    opts = {k: v for k, v in evals.entry("probe", task="topic", **options).items()
+            if k not in ("kind", "every")}
+    os.makedirs(workdir)
+    metrics_io.ScoreRecord(str(workdir)).add(evals.Declared(name, "probe", 4, opts, None),
+                                             step, {"score": 0.5})
+
+
+def test_a_study_whose_evaluator_changed_options_is_refused(tmp_path):
+    """Hostile pass 42 #80/#81: finished runs were skipped with their max_train=1000 scores
+    and ranked beside a new variant's max_train=50 ones."""
+    from encoder.jobs import evals
+    base = _base()
+    base.evals = {"topic": evals.entry("probe", task="topic")}
+    planned = ablation.plan(base, [{"model.activation": "gelu"}], 1, False)
+    root = tmp_path / "study"
+    _scored(root / "runs" / planned[0]["dir"], "topic", 4)
+    ablation.check_protocols(planned, str(root))  # the same options: fine
+    base.evals.topic.max_train = 50
+    planned = ablation.plan(base, [{"model.activation": "gelu"}], 1, False)
+    with pytest.raises(errors.UsageError, match=r"run activation=gelu__seed0: config\.evals\."
+                                                r"topic \(max_train: 1000 -> 50; scored at step "
+                                                r"4.*two protocols"):
+        ablation.check_protocols(planned, str(root))
+
+
+def test_rows_scored_under_different_options_are_not_ranked_on_that_score(tmp_path):
+    from encoder.jobs import evals
+    rows = []
+    for variant, max_train in (("a", 1000), ("b", 1000), ("c", 50)):
+        for seed in (0, 1):
+            rows.append({"variant": variant, "seed": seed, "dir": f"{variant}__seed{seed}",
+                         "objective": "mlm", "steps": 4, "checkpoint_step": 4,
+                         "final_train_loss": 5.0, "tokens_per_s": 1.0, "flops": 1e9,
+                         "parameters": 10, "curve": [(1, 6.0)], "eval/mlm_accuracy": 0.3,
+                         "evals/topic/score": 0.7 if max_train == 1000 else 0.5,
+                         "protocol/topic": evals.key("probe", {"task": "topic",
+                                                               "max_train": max_train})})
+    assert ablation.primary_metric(rows) == "eval/mlm_accuracy"
+    assert ablation.primary_metric(rows[:4]) == "evals/topic/score"
+    ablation.write_results(rows, str(tmp_path))
+    text = (tmp_path / "results.md").read_text()
+    assert "evals/topic is not compared: its runs were scored under different options: " \
+           "max_train=1000 (a, b); max_train=50 (c)" in text
+    assert "protocol/topic" in (tmp_path / "runs.csv").read_text().splitlines()[0]
