@@ -57,11 +57,38 @@ def _tokenizer_in(folder: str, run_config=None):
 
 
 def split_step(init_from: str) -> tuple[str, int | None]:
-    """'RUN@400' -> ('RUN', 400): a pretraining workdir's checkpoint at that step."""
+    """'RUN@400' -> ('RUN', 400): a pretraining workdir's checkpoint at that step. 'RUN@abc'
+    or 'RUN@' where RUN is a folder (and RUN@abc is not): refused, naming its steps."""
     path, sep, step = init_from.rpartition("@")
     if sep and step.isdigit() and not init_from.startswith("hf:"):
         return path, int(step)
+    if sep and path and not init_from.startswith("hf:") and os.path.isdir(path) \
+            and not os.path.exists(init_from):
+        folder = os.path.join(path, "checkpoints")
+        steps = sorted(int(d) for d in os.listdir(folder) if d.isdigit()) \
+            if os.path.isdir(folder) else []
+        raise ValueError(f"init_from={init_from!r}: @{step} is not a step: give WORKDIR@STEP "
+                         f"with STEP a number ({path} has checkpoints at {steps or 'no step'})")
     return init_from, None
+
+
+def check_init_fields(config) -> None:
+    """init_from, init_step and init_fresh agree, before anything is read: init_fresh
+    without a source, a prefix list naming nothing, WORKDIR@STEP against another init_step."""
+    init_from, fresh = config.get("init_from", ""), config.get("init_fresh", "")
+    if fresh and not init_from:
+        raise ValueError(f"--config.init_fresh={fresh!r} needs --config.init_from: it names "
+                         "what a source's checkpoint does not give (without one, every "
+                         "tensor starts fresh)")
+    if fresh and not fresh_prefixes(fresh):
+        raise ValueError(f"--config.init_fresh={fresh!r} names no parameter path (give "
+                         "prefixes like encoder/blocks_0,mlm_head; to start every tensor "
+                         "fresh, drop init_from)")
+    _, at = split_step(init_from) if init_from else ("", None)
+    step = config.get("init_step", -1)
+    if at is not None and step >= 0 and step != at:
+        raise ValueError(f"--config.init_from={init_from} and --config.init_step={step} name "
+                         f"two steps: give one (WORKDIR@STEP is init_step=STEP)")
 
 
 def load(init_from: str) -> Pretrained:

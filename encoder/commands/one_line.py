@@ -81,6 +81,9 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
                 raise
             raise SystemExit(f"error: {e}") from None
         except Exception as e:  # noqa: BLE001 -- only the user-facing ones are shortened
+            missing = "Failed loading config file" in str(e) and missing_config_file(sys.argv)
+            if missing and not _verbose():
+                raise SystemExit(f"error: {missing}") from None
             if not errors.is_user_facing(e) or _verbose():
                 raise
             prefix = f"{name}: " if name else ""
@@ -95,6 +98,9 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
+        missing = missing_config_file(argv)
+        if missing:
+            raise SystemExit(f"error: {missing}") from None
         raise SystemExit(f"error: {errors.one_line(str(e))} (--helpshort lists the flags)") from None
     except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
         if "--verbosity=1" in argv or "-v=1" in argv:
@@ -104,6 +110,28 @@ def parse_flags(argv: list[str]) -> list[str]:
             raise SystemExit(f"error: {found}") from None
         text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
         raise SystemExit(f"error: a --config override: {errors.one_line(text)}") from None
+
+
+def missing_config_file(argv: list[str]) -> str | None:
+    """The line for a --config=FILE[:ARG] naming no file (config_flags' own words are "an
+    earlier failure to load ... [Errno 2]"): the flag, and the close names in its folder."""
+    import difflib
+    import os
+    for arg in argv[1:]:
+        if not arg.startswith("--config="):
+            continue
+        path = arg.split("=", 1)[1].split(":", 1)[0]
+        if os.path.isfile(path):
+            continue
+        folder = os.path.dirname(path) or "."
+        there = sorted(f for f in os.listdir(folder) if f.endswith(".py")) \
+            if os.path.isdir(folder) else []
+        close = difflib.get_close_matches(os.path.basename(path), there, n=2, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(os.path.join(folder, c) for c in close)}?" if close
+                else f"{folder} has {', '.join(there[:12])}" if there
+                else f"{folder} is not a folder")
+        return f"--config={path}: no such experiment file; {hint}"
+    return None
 
 
 def unknown_override(e: BaseException) -> str | None:
@@ -143,8 +171,14 @@ def _leaves_config(node, name: str, path: str) -> str:
             if close:
                 hint = "Did you mean " + " or ".join(f'"{c}" (--{at}.{c}{rest})'
                                                      for c in close) + "?"
-            else:
+            elif keys:
                 hint = f"{at} has: {', '.join(sorted(keys))}"
+            elif at == "config.evals":
+                hint = ("config.evals is empty: declare evaluators with "
+                        "experiments/pretrain.py:evals=TASK+TASK, or in the experiment file "
+                        "(encoder/jobs/evals.py)")
+            else:
+                hint = f"{at} is empty"
             return f"--{name}.{path}: {key!r} is not a field of {at}. {hint}"
         node, at = node[key], f"{at}.{key}"
     return ""

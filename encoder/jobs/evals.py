@@ -189,9 +189,11 @@ KINDS = {
 
 # --------------------------------------------------------------------- the declaration
 
-def parse(evals, checkpoint_every: int) -> list[tuple[str, str, int, dict]]:
+def parse(evals, checkpoint_every: int, num_layers: int | None = None
+          ) -> list[tuple[str, str, int, dict]]:
     """[(name, kind, every, options with defaults)] from config.evals, every field checked
-    (before any data is read): an unknown kind or option, a missing task, a bad cadence."""
+    (before any data is read): an unknown kind or option, a missing task or task folder, a
+    bad cadence, pooling or layer (against the model's `num_layers` where given)."""
     out = []
     for name, entry in (evals or {}).items():
         entry = dict(entry)
@@ -204,6 +206,10 @@ def parse(evals, checkpoint_every: int) -> list[tuple[str, str, int, dict]]:
         if not isinstance(every, int) or isinstance(every, bool) or every < 0:
             raise UsageError(f"{where}.every={every!r}: a number of steps (0: each "
                              "checkpoint, train.checkpoint_every)")
+        # entry() filled every option of the kind it was made for: those left at another
+        # kind's default are its filling, dropped when a flag changes the kind
+        entry = {k: v for k, v in entry.items() if k in spec.options
+                 or not any(k in o.options and o.options[k] == v for o in KINDS.values())}
         unknown = sorted(set(entry) - set(spec.options))
         if unknown:
             raise UsageError(f"{where}: unknown option {unknown[0]!r} for kind={kind}; "
@@ -212,10 +218,36 @@ def parse(evals, checkpoint_every: int) -> list[tuple[str, str, int, dict]]:
         missing = [k for k, v in options.items() if v is None]
         if missing:
             raise UsageError(f"{where}: kind={kind} needs {missing[0]}=...")
+        _check_options(where, options, num_layers)
         if "task" in options and not options["tasks"]:
             _check_embedded(where, options["task"], spec.task_kinds)
         out.append((name, kind, every or checkpoint_every, options))
     return out
+
+
+def _check_options(where: str, options: dict, num_layers: int | None) -> None:
+    from encoder.model import heads
+    if "pooling" in options and options["pooling"] not in heads.POOLING:
+        raise UsageError(f"{where}.pooling={options['pooling']!r}: expected one of "
+                         f"{', '.join(heads.POOLING)}")
+    if options.get("tasks") and not os.path.isdir(options["tasks"]):
+        raise UsageError(f"{where}.tasks={options['tasks']!r} is not a folder (a suite task "
+                         "folder: python -m encoder.data.stdlib_tasks --out DIR writes one)")
+    for name in ("max_len", "max_eval", "max_train", "batches"):
+        v = options.get(name)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
+                              or (name == "batches" and v == 0)):
+            raise UsageError(f"{where}.{name}={v!r}: a whole number, at least "
+                             f"{1 if name == 'batches' else 0}")
+    if "layer" in options:
+        layer = options["layer"]
+        top = num_layers if num_layers is not None else None
+        if not isinstance(layer, int) or isinstance(layer, bool) or (
+                top is not None and not -(top + 1) <= layer <= top):
+            span = (f"0 (the embeddings) to {top}, or -1 for the last" if top is not None
+                    else "a layer index")
+            raise UsageError(f"{where}.layer={layer!r}: the model has "
+                             f"{top if top is not None else 'its'} layers: give {span}")
 
 
 def entry(kind: str, **options) -> dict:
@@ -238,6 +270,14 @@ def from_tasks(names: list) -> dict:
             raise UsageError(f"evals={name!r}: the embedded suite has "
                              f"{', '.join(embedded_tasks.TASK_META)}")
         kind = "embedding" if meta["type"] in ("sts", "retrieval") else "probe"
+        if kind == "probe":
+            from encoder.jobs import probe
+            if not probe.probed(meta["type"]):
+                able = [n for n, m in embedded_tasks.TASK_META.items()
+                        if m["type"] in ("sts", "retrieval") or probe.probed(m["type"])]
+                raise UsageError(f"evals={name!r}: a {meta['type']} task has no frozen "
+                                 f"evaluator (it needs fine-tuning: encoder suite --watch); "
+                                 f"choose from {', '.join(able)}")
         out[name] = entry(kind, task=name)
     return out
 
@@ -268,7 +308,7 @@ def _check_embedded(where: str, task: str, kinds: tuple) -> None:
 def build(evals, checkpoint_every: int, context: Context) -> list[Declared]:
     """The declared evaluators, ready to call (the embedded suite built first if any
     of them reads it)."""
-    parsed = parse(evals, checkpoint_every)
+    parsed = parse(evals, checkpoint_every, context.model_cfg.num_layers)
     if any("task" in o and not o["tasks"] for _, _, _, o in parsed):
         _embedded_tasks(context.workdir)
     return [Declared(name, kind, every, options, KINDS[kind].build(context, options))

@@ -36,12 +36,14 @@ def _own_output(workdir: str, kind: str) -> None:
 def embed(config, workdir: str) -> dict:
     if not config.data.input_file:
         raise ValueError("embed needs --config.data.input_file (one text per line)")
+    models.validate_pooling(config.pooling)
+    from encoder.tasks import files
+    texts = [line.strip() for _, line in files.text_lines(config.data.input_file)
+             if line.strip()]  # not UTF-8: refused naming file:line, before the model
     _own_output(workdir, "embed")  # before the model is read
     p = sources.load(config.init_from)
     # Before compiling: a length past a learned/sinusoidal table would read NaN rows.
     models.validate_config(p.model_cfg, config.data.max_seq_len)
-    with open(config.data.input_file, encoding="utf-8", errors="replace") as f:
-        texts = [line.strip() for line in f if line.strip()]
     if not texts:
         raise ValueError(f"{config.data.input_file}: no text")
     vecs = embed_texts(p.model_cfg, p.params, p.tokenizer, texts, config.pooling,

@@ -50,6 +50,7 @@ def validate(config, num_devices: int | None = None) -> None:
         config.data.train_file, **{f"--config.data.{k}": config.data.get(k, "")
                                    for k in ("dev_file", "test_file")})
     models.validate_pooling(config.pooling)
+    sources.check_init_fields(config)
     trainer_lib.check_train_config(config.train, num_devices)
     if config.train.num_epochs < 0:
         raise ValueError(f"train.num_epochs must be >= 0 (0: by model size), got "

@@ -55,7 +55,8 @@ def validate(config, num_devices: int | None = None) -> None:
     for name in ("num_steps", "log_every", "checkpoint_every"):
         if config.train[name] <= 0:
             raise ValueError(f"train.{name} must be positive, got {config.train[name]}")
-    evals.parse(config.get("evals"), config.train.checkpoint_every)
+    evals.parse(config.get("evals"), config.train.checkpoint_every, config.model.num_layers)
+    sources.check_init_fields(config)
     if config.train.eval_every and config.train.eval_batches <= 0:
         raise ValueError(f"train.eval_batches must be positive when eval_every > 0, got "
                          f"{config.train.eval_batches}")

@@ -78,7 +78,9 @@ def text_lines(path: str):
     with open(path, "rb") as f:
         for line_no, raw in enumerate(f, 1):
             try:
-                yield line_no, raw.decode("utf-8")
+                text = raw.decode("utf-8")
+                # a byte-order mark (Notepad's UTF-8) opens the file, not its first text
+                yield line_no, text[1:] if line_no == 1 and text.startswith("\ufeff") else text
             except UnicodeDecodeError as e:
                 raise _not_utf8(path, e, offset + e.start, line_no, e.start + 1) from None
             offset += len(raw)

@@ -119,3 +119,31 @@ def test_an_unknown_config_override_names_the_override_and_close_fields(tmp_path
     one_line(rc, err, "--config.train.learning_rat: 'learning_rat' is not a field of "
              'config.train. Did you mean "learning_rate" (--config.train.learning_rate)')
     assert not wd.exists()
+
+
+def test_a_misspelt_experiment_and_an_undeclared_evaluator_say_what_to_type(tmp_path):
+    """Hostile pass 42 #92 and #9: config_flags' "earlier failure to load" and an empty
+    field list gave no way forward."""
+    wd = tmp_path / "wd"
+    rc, _, err = run_module("encoder.main", "--config=experiments/pretrian.py:runlocal",
+                            f"--workdir={wd}")
+    one_line(rc, err, "--config=experiments/pretrian.py: no such experiment file; did you "
+             "mean experiments/pretrain.py?")
+    rc, _, err = run_module("encoder.main", "--config=experiments/pretrain.py:runlocal",
+                            "--config.evals.mine.kind=heldout", f"--workdir={wd}")
+    one_line(rc, err, "'mine' is not a field of config.evals. config.evals is empty: declare "
+             "evaluators with experiments/pretrain.py:evals=TASK+TASK")
+    assert not wd.exists()
+
+
+def test_embed_refuses_a_pooling_typo_and_text_that_is_not_utf8_before_the_model(tmp_path):
+    """Hostile pass 42 #86, #87: a KeyError traceback, and Latin-1 stored as U+FFFD."""
+    text = tmp_path / "lat1.txt"
+    text.write_bytes("ok\ncaf\xe9 na\xefve\n".encode("latin-1"))
+    common = [f"--config.init_from={tmp_path / 'no_model'}", f"--config.data.input_file={text}",
+              f"--workdir={tmp_path / 'out'}"]
+    rc, _, err = run_module("encoder.main", "--config=experiments/embed.py:pooling=meen", *common)
+    one_line(rc, err, "'meen'", "mean")
+    rc, _, err = run_module("encoder.main", "--config=experiments/embed.py", *common)
+    one_line(rc, err, f"{text}:2: not valid UTF-8 (byte 0xe9")
+    assert not (tmp_path / "out").exists()

@@ -19,12 +19,38 @@ from encoder.train import loop, metrics_io
     ({"a": {"kind": "heldout", "batchs": 4}}, ["unknown option 'batchs'", "batches"]),
     ({"a": {"kind": "heldout", "every": -5}}, ["config.evals.a.every=-5"]),
     ({"a": {"kind": "heldout", "every": "100"}}, ["config.evals.a.every='100'"]),
+    # hostile pass 42 #4-#6: refused here, not after training as before
+    ({"a": declared.entry("probe", task="topic", layer=99)},
+     ["config.evals.a.layer=99", "2 layers", "0 (the embeddings) to 2, or -1"]),
+    ({"a": declared.entry("probe", task="topic", tasks="/nonexist")},
+     ["config.evals.a.tasks='/nonexist' is not a folder"]),
+    ({"a": declared.entry("embedding", task="sts_relatedness", pooling="meen")},
+     ["config.evals.a.pooling='meen'", "cls, cls_tanh, cls_gelu, mean, max"]),
+    ({"a": declared.entry("embedding", task="sts_relatedness", max_eval=-5)},
+     ["config.evals.a.max_eval=-5", "at least 0"]),
 ])
 def test_a_declaration_is_refused_naming_the_field(evals, words):
     with pytest.raises(UsageError) as e:
-        declared.parse(evals, checkpoint_every=10)
+        declared.parse(evals, checkpoint_every=10, num_layers=2)
     for w in words:
         assert w in str(e.value), (w, str(e.value))
+
+
+def test_a_kind_changed_by_flag_drops_the_other_kinds_filling():
+    """Hostile pass 42 #7: --config.evals.topic.kind=embedding over entry("probe") said
+    "unknown option 'layer'"; the probe's defaults are dropped, a changed one is not."""
+    e = {**declared.entry("probe", task="sts_relatedness"), "kind": "embedding"}
+    [(_, kind, _, options)] = declared.parse({"a": e}, 10, 2)
+    assert kind == "embedding" and "layer" not in options and "max_train" not in options
+    with pytest.raises(UsageError, match="unknown option 'layer'"):
+        declared.parse({"a": {**e, "layer": 1}}, 10, 2)
+
+
+def test_a_task_without_a_frozen_evaluator_names_those_with_one():
+    with pytest.raises(UsageError) as e:
+        declared.from_tasks(["api_qa"])
+    assert "evals='api_qa': a qa task has no frozen evaluator" in str(e.value)
+    assert "topic" in str(e.value) and "sts_relatedness" in str(e.value)
 
 
 def test_defaults_and_the_cadence_of_each_checkpoint():

@@ -143,3 +143,13 @@ def test_the_baselines_refuse_degenerate_labels_and_unseen_ones(tmp_path):
     bare = _write(tmp_path / "bare.jsonl", [{"text": "x"}, {"text": "y"}])
     with pytest.raises(TaskDataError, match=r"bare\.jsonl: no labels"):
         baselines.run("classification", good, bare)
+
+
+def test_a_utf8_byte_order_mark_opens_the_file_and_is_no_text(tmp_path):
+    """Hostile pass 42 #62: Notepad's UTF-8 BOM made line 1 "not valid JSON"."""
+    from encoder.tasks import files
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"text": "a", "label": "x"}\n{"text": "\xef\xbb\xbfb", '
+                     b'"label": "y"}\n')
+    examples = files.read_jsonl(str(path), [("text", "label")])
+    assert [e["text"] for e in examples] == ["a", "\ufeffb"]  # only the file's first is a BOM
