@@ -82,6 +82,11 @@ def experiment_config():
     """The experiment config with the command line's phase, shape and variant overrides."""
     from encoder import errors
     config, phase = phase_of(FLAGS.config.copy_and_resolve_references(), FLAGS.phase)
+    if config.get("mode", "pretrain") != "pretrain":
+        raise errors.UsageError(
+            f"--config: a {config.get('mode')} experiment; --mode={FLAGS.mode} reads "
+            "pretraining experiments (a fine-tuning step: --mode=compile --job=finetune "
+            "--config=experiments/pretrain.py[:size=...], the model it fine-tunes)")
     if FLAGS["grad_accum_steps"].present:
         config.train.grad_accum_steps = FLAGS.grad_accum_steps
     if FLAGS["seq_len"].present:

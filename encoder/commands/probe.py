@@ -9,9 +9,10 @@ flags.DEFINE_string("init_from", None, "a workdir of this codebase or hf:DIR", r
 flags.DEFINE_list("tasks", None, "task folders (train.jsonl, dev.jsonl)", required=True)
 flags.DEFINE_string("out", None, "where probes.json and probes.png go", required=True)
 flags.DEFINE_bool("random_init", False, "probe the same architecture at random init")
-flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)")
-flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)")
-flags.DEFINE_integer("max_len", 128, "tokens per input")
+flags.DEFINE_integer("max_train", 2000, "training examples per task (0: all)", lower_bound=0)
+flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: all)",
+                     lower_bound=0)
+flags.DEFINE_integer("max_len", 128, "tokens per input", lower_bound=2)
 flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
 FLAGS = flags.FLAGS
 

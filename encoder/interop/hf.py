@@ -26,6 +26,9 @@ def read_config(folder: str) -> dict:
     """config.json as a dict; a file that is not JSON (truncated, not UTF-8), not an object,
     or whose sizes are not positive integers is an error naming the file."""
     path = os.path.join(folder, "config.json")
+    if os.path.isfile(folder):
+        raise FileNotFoundError(f"{folder} is a file: give its folder "
+                                f"{os.path.dirname(folder) or '.'} (a HuggingFace model folder)")
     if not os.path.exists(path):
         raise FileNotFoundError(f"{folder}: no config.json (expected a HuggingFace model folder)")
     try:

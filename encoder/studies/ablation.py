@@ -296,6 +296,19 @@ def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     return out
 
 
+def watch_line(study) -> str:
+    """What each watcher runs on every checkpoint, said before the first starts (issue 36:
+    --watch alone fine-tuned the whole default suite on each checkpoint, unsaid)."""
+    args = list(study.suite_args)
+    tasks = study.suite if study.suite and study.suite != "embedded" else "the embedded suite"
+    line = (f"watchers: encoder suite --watch=RUN {' '.join(args)} on each checkpoint "
+            f"({tasks}")
+    if not any(a.startswith("--probe_only") for a in args):
+        return (line + ", fine-tuning every task at each checkpoint: "
+                "--suite_arg=--probe_only scores frozen embeddings and probes only)")
+    return line + ")"
+
+
 def with_watchers(runs: list, watchers: list) -> list:
     """Each run followed by its watcher: with runs at once capped, a run starts before the
     watchers of later runs (a watcher started after its run scores what it kept)."""
@@ -657,6 +670,12 @@ def check(study: Study) -> None:
     if study.seeds < 1 or study.parallel < 1:
         raise errors.UsageError(f"--seeds and --parallel must be at least 1, got {study.seeds} "
                                 f"and {study.parallel}")
+    if study.suite and study.suite != "embedded":  # before any run trains (issue 36)
+        from encoder.tasks import catalog
+        try:
+            catalog.discover(study.suite)
+        except (FileNotFoundError, ValueError) as e:
+            raise errors.UsageError(f"--suite={study.suite}: {e}") from None
     if study.finetune and not study.finetune_data:
         raise errors.UsageError("--finetune needs --finetune_data")
     for name in ("train.jsonl", "dev.jsonl") if study.finetune else ():
@@ -707,6 +726,8 @@ def _run_planned(study: Study, launcher, root: str, stables: list, planned: list
             return
         watchers = watch_runs(planned, root, study.suite, list(study.suite_args)) \
             if study.watch else []
+        if watchers:
+            print(watch_line(study), flush=True)
         if not execute(with_watchers(pretraining_runs(planned, root), watchers), launcher):
             return  # detached or a dry run: the same command later waits and reports
         if study.finetune and not execute(finetuning_runs(

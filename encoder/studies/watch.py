@@ -116,10 +116,20 @@ def score_new(workdir: str, out: str, opts, run_suite, steps=None) -> list[dict]
             f.write(json.dumps(row) + "\n")
         state["scored"].append(step)
         metrics_io.write_json(os.path.join(out, STATE), state)  # after the row: once each
-        print(f"scored {workdir}@{step}: " + ", ".join(
-            f"{k}={v:.2f}" for k, v in row.items() if k.startswith("suite/average")), flush=True)
+        print(f"scored {workdir}@{step}: {summary(row)}", flush=True)
         rows.append(row)
     return rows
+
+
+def summary(row: dict, most: int = 6) -> str:
+    """A curve row's scores in one line: the suite's average where there is one, else each
+    task's score (a probe's best layer), never an empty line."""
+    keys = [k for k in row if k.startswith("suite/average")] or [
+        k for k in row if k.startswith("suite/") or k.endswith("/best")]
+    if not keys:
+        return "no score (see the step's suite.md)"
+    more = f" (+{len(keys) - most} more)" if len(keys) > most else ""
+    return ", ".join(f"{k}={row[k]:.4g}" for k in keys[:most]) + more
 
 
 def note_missed(workdir: str, out: str) -> list[int]:

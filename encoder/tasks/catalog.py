@@ -186,7 +186,14 @@ def discover(tasks_dir: str, only: list | None = None) -> tuple[list, list]:
     if len(set(names)) != len(names):
         raise ValueError(f"two task folders resolve to one task name: {names}")
     if not found:
-        raise FileNotFoundError(f"{tasks_dir}: no tasks found ({'; '.join(notes) or 'empty'})")
+        files = sorted(e for e in os.listdir(tasks_dir)
+                       if os.path.isfile(os.path.join(tasks_dir, e)))
+        what = "; ".join(notes) or (
+            f"it holds files ({', '.join(files[:4])}{', ...' if len(files) > 4 else ''}), no "
+            "task folder: a task is a folder with train.jsonl and dev.jsonl (or task.json, "
+            "GLUE's train.tsv, BEIR's corpus.jsonl + queries.jsonl); python -m encoder.data."
+            "stdlib_tasks --out DIR writes the embedded suite" if files else "empty")
+        raise FileNotFoundError(f"{tasks_dir}: no tasks found ({what})")
     return found, notes
 
 

@@ -147,3 +147,18 @@ def test_embed_refuses_a_pooling_typo_and_text_that_is_not_utf8_before_the_model
     rc, _, err = run_module("encoder.main", "--config=experiments/embed.py", *common)
     one_line(rc, err, f"{text}:2: not valid UTF-8 (byte 0xe9")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_file_for_a_folder_and_a_finetune_config_for_bench_say_what_to_give(tmp_path):
+    """Hostile pass 42 #49, #74: "no config.json" for the config.json itself, and an
+    AttributeError traceback from bench --mode=step."""
+    folder = tmp_path / "hf47"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    rc, _, err = run_module("encoder", "import_hf", f"--checkpoint={folder / 'config.json'}",
+                            f"--out={tmp_path / 'out'}")
+    one_line(rc, err, f"{folder / 'config.json'} is a file: give its folder {folder}")
+    rc, _, err = run_module("encoder", "bench", "--mode=step",
+                            "--config=experiments/finetune.py:task=classification,runlocal")
+    one_line(rc, err, "a finetune experiment; --mode=step reads pretraining experiments",
+             "--mode=compile --job=finetune")

@@ -155,3 +155,28 @@ def test_rows_scored_under_different_options_are_not_ranked_on_that_score(tmp_pa
     assert "evals/topic is not compared: its runs were scored under different options: " \
            "max_train=1000 (a, b); max_train=50 (c)" in text
     assert "protocol/topic" in (tmp_path / "runs.csv").read_text().splitlines()[0]
+
+
+def test_a_suite_folder_with_no_task_is_refused_before_any_run(tmp_path):
+    """Hostile pass 42 #77 and #32: both runs trained 74 s, then each suite failed with
+    "no tasks found (empty)" for a folder of .txt files."""
+    corp = tmp_path / "corp"
+    corp.mkdir()
+    (corp / "a.txt").write_text("text\n")
+    root = tmp_path / "study"
+    study = ablation.Study(workdir=str(root), config=_base(), sweeps=("objective=mlm",),
+                           suite=str(corp))
+    with pytest.raises(errors.UsageError) as e:
+        ablation.run_study(study, launcher=None)
+    assert f"--suite={corp}: {corp}: no tasks found (it holds files (a.txt), no task folder: " \
+           "a task is a folder with train.jsonl" in str(e.value)
+    assert not root.exists()
+
+
+def test_the_watchers_say_what_they_run_on_each_checkpoint():
+    full = ablation.watch_line(ablation.Study(workdir="s", config=None, watch=True))
+    assert "the embedded suite, fine-tuning every task at each checkpoint: " \
+           "--suite_arg=--probe_only" in full
+    quick = ablation.watch_line(ablation.Study(workdir="s", config=None, watch=True,
+                                               suite_args=("--probe_only",)))
+    assert quick.endswith("--probe_only on each checkpoint (the embedded suite)")

@@ -87,3 +87,12 @@ def test_a_study_watcher_waits_for_its_run_and_ends_with_its_job(tmp_path):
     result = watch.watch(str(tmp_path / "r2"), str(tmp_path / "w2"), Opts(), scorer(calls),
                          sleep=lambda s: pytest.fail("waited on an ended job"), follow_job=True)
     assert calls == [f"{tmp_path / 'r2'}@2"] and not result["finished"]
+
+
+def test_the_scored_line_names_the_scores_it_has():
+    """Hostile pass 42 #90: a probe-only watch printed "scored W@4: " and nothing."""
+    assert watch.summary({"step": 4, "suite/average": 6.5, "suite/average_glue": 5.0,
+                          "suite/topic": 1.0}) == "suite/average=6.5, suite/average_glue=5"
+    assert watch.summary({"step": 4, "tokens": 10, "probe/topic/best": 0.75,
+                          "probe/topic/layer_1": 0.7}) == "probe/topic/best=0.75"
+    assert watch.summary({"step": 4}).startswith("no score")

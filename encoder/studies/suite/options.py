@@ -37,6 +37,8 @@ class SuiteOptions:
 def check_grid(opts: SuiteOptions) -> None:
     """--seeds and --learning_rates as given, before tasks are built or a model is read
     (the preset's own values are checked by presets.resolve)."""
+    from encoder import registry
+    registry.lookup(presets.PRESETS, opts.preset, "suite preset")  # before tasks are written
     if opts.seeds < 0:
         raise ValueError(f"--seeds={opts.seeds}: expected N >= 1 seeds per learning rate "
                          "(0: the preset's)")
