@@ -13,6 +13,9 @@ flags.DEFINE_string("out", None, "the HuggingFace folder to write (new, empty, o
 flags.DEFINE_enum("format", "transformers", export.FORMATS, "what to write")
 flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
                     "modernbert, deberta); empty: the one that computes the model exactly")
+flags.DEFINE_string("pooling", "", "--format=sentence-transformers: the Pooling module's rule "
+                    "(cls, mean, max, cls_tanh, cls_gelu; empty: the run config's pooling, cls "
+                    "where it has none)")
 FLAGS = flags.FLAGS
 
 
@@ -22,6 +25,9 @@ def main(argv):
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
-    result = export.export(FLAGS.workdir, FLAGS.out, FLAGS.format, FLAGS.family)
+    result = export.export(FLAGS.workdir, FLAGS.out, FLAGS.format, FLAGS.family, FLAGS.pooling)
+    pooled = (f", pooling {result['pooling']}" + ("" if FLAGS.pooling else
+                                                  " (the run's; --pooling to choose)")
+              if result["pooling"] else "")
     print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
-          f"(family {result['family']}, head {result['kind']})")
+          f"(family {result['family']}, head {result['kind']}{pooled})")

@@ -216,10 +216,18 @@ def unpadded(cfg, params):
     return cfg, jax.tree_util.tree_map_with_path(trim, params)
 
 
-def export(source: str, out: str, fmt: str = "transformers", family: str = "") -> dict:
-    """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders'}."""
+def export(source: str, out: str, fmt: str = "transformers", family: str = "",
+           pooling: str = "") -> dict:
+    """Writes the HF folder(s); returns {'family', 'kind', 'architecture', 'folders',
+    'pooling'}. pooling: the sentence-transformers Pooling module's rule (empty: the run
+    config's, cls where it has none)."""
     if fmt not in FORMATS:
         raise errors.UsageError(f"--format={fmt!r}; valid: {', '.join(FORMATS)}")
+    if pooling and fmt != "sentence-transformers":
+        raise errors.UsageError(f"--pooling={pooling} is the sentence-transformers Pooling "
+                                "module's rule: give it with --format=sentence-transformers")
+    if pooling and pooling not in ST_POOLING:
+        raise errors.UsageError(f"--pooling={pooling!r}: expected one of {', '.join(ST_POOLING)}")
     check_out(source, out)
     p = sources.load(source)
     kind = head_kind(p, fmt)
@@ -235,7 +243,7 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
     if spec.labels is not None:
         labels = list(spec.labels)  # regression: one output, num_labels 1, as HF's heads
     length = max_length(p)
-    pooling = pooling_of(p)
+    pooling = pooling or pooling_of(p)
     if fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
         _pooler_dense(params)  # refuse before writing anything
     dst = os.path.abspath(out)
@@ -264,7 +272,7 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "") -
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"family": family, "kind": kind, "architecture": written["architectures"][0],
-            "folders": folders}
+            "folders": folders, "pooling": pooling if fmt == "sentence-transformers" else ""}
 
 
 def _swap_in(tmp: str, dst: str) -> None:

@@ -120,18 +120,22 @@ def test_a_classifier_without_a_head_the_family_has_is_refused(tiny_pretrained, 
     assert not (tmp_path / "hf").exists()
 
 
-@pytest.mark.parametrize("pooling", ["mean", "cls_gelu"])
-def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooling):
+@pytest.mark.parametrize("pooling, by_flag", [("mean", False), ("cls_gelu", False),
+                                              ("max", True)])
+def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooling, by_flag):
     from sentence_transformers import SentenceTransformer
     from encoder.eval import embeddings
     import shutil
     work = str(tmp_path / "work")
     shutil.copytree(finetuned[0], work)  # the module's workdir stays as it is
     p = sources.load(work)
-    p.run_config.pooling = pooling
-    with open(os.path.join(work, "config.json"), "w") as f:  # the run's pooling rule
-        f.write(p.run_config.to_json())
-    export_lib.export(work, str(tmp_path / "st"), fmt="sentence-transformers")
+    if not by_flag:
+        p.run_config.pooling = pooling
+        with open(os.path.join(work, "config.json"), "w") as f:  # the run's pooling rule
+            f.write(p.run_config.to_json())
+    result = export_lib.export(work, str(tmp_path / "st"), fmt="sentence-transformers",
+                               pooling=pooling if by_flag else "")
+    assert result["pooling"] == pooling  # --pooling over the run's (hostile pass 42 #47)
     st = SentenceTransformer(str(tmp_path / "st"), device="cpu")
     texts = awkward_texts(40)[1:]
     theirs = st.encode(texts, convert_to_numpy=True, batch_size=8)
