@@ -140,3 +140,23 @@ def test_the_baseline_command_runs_from_the_command_line(tmp_path):
     rows = suite_csv(tmp_path / "out" / "suite.csv")
     assert set(rows) - {"average", "embedding"} == {"search"}  # the one retrieval task
     assert float(rows["search"]["median"]) == pytest.approx(100 * RETRIEVAL["ndcg_at_10"])
+
+
+def test_a_rerun_on_changed_task_files_says_so_and_keeps_the_old_report(tmp_path, capsys):
+    """Hostile pass 42 #91: 40 dev labels changed, rescored silently."""
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=32, n_dev=16, seed=3)
+    out = tmp_path / "out"
+    opts = battery.SuiteOptions("", str(out), tasks=str(tasks), baseline="majority")
+    battery.run_suite(opts)
+    assert "rescoring" not in capsys.readouterr().out
+    old = (out / "suite.json").read_text()
+    battery.run_suite(opts)  # the same files: rescored, nothing to say
+    assert "rescoring" not in capsys.readouterr().out
+    dev = tasks / "topic" / "dev.jsonl"
+    dev.write_text(dev.read_text().replace('"label": "', '"label": "x', 1))
+    battery.run_suite(opts)
+    said = capsys.readouterr().out
+    assert f"rescoring: topic dev: {dev} changed (sha256 " in said, said
+    assert json.loads((out / "suite.previous.json").read_text())["identity"] == \
+        json.loads(old)["identity"]

@@ -19,6 +19,7 @@ report.py   medians, averages, report files    (the runner: encoder/studies/runn
 import json
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -205,6 +206,7 @@ def run_baseline(opts: SuiteOptions) -> dict:
     rule = preset["average"]
     prepared = data.prepare_tasks(tasks, root, preset, opts)
     task_files = data.files_identity(tasks)
+    _say_rescored(saved, task_files)
     scored, rows, notes, failures = baseline_lib.score_tasks(
         opts.baseline, tasks, prepared, list(range(preset["seeds"])), preset["max_eval"],
         root, rule)
@@ -222,6 +224,34 @@ def run_baseline(opts: SuiteOptions) -> dict:
     return write_report(root, scored, rows, rule, header, failures,
                         retrieval_notes + notes + data.data_notes(prepared), None, "task(s)",
                         {"source": None, "data": task_files})
+
+
+def rescored_files(saved: str, task_files: dict) -> list[str]:
+    """'TASK SPLIT: PATH changed (sha256 a -> b)' for each task file that differs from those
+    the report at `saved` scored ([] when none does, or there is no report)."""
+    try:
+        with open(saved) as f:
+            old = (json.load(f).get("identity") or {}).get("data") or {}
+    except (OSError, ValueError):
+        return []
+    out = []
+    for task, files in task_files.items():
+        for split, now in files.items():
+            was = (old.get(task) or {}).get(split)
+            if was is not None and was.get("sha256") != now.get("sha256"):
+                out.append(f"{task} {split}: {now.get('path')} changed (sha256 "
+                           f"{was.get('sha256')} -> {now.get('sha256')})")
+    return out
+
+
+def _say_rescored(saved: str, task_files: dict) -> None:
+    """A baseline is rescored whole; when the task files changed, it says which, and the
+    previous report is kept beside the new one (suite.previous.json)."""
+    changed = rescored_files(saved, task_files)
+    for line in changed:
+        print(f"rescoring: {line}", flush=True)
+    if changed:
+        shutil.copy(saved, os.path.join(os.path.dirname(saved), "suite.previous.json"))
 
 
 def suite_average(suite_dir: str) -> dict:
