@@ -50,6 +50,11 @@ def summarize(stats: dict) -> str:
     text = ", ".join(f"{k}={v}" for k, v in stats.items() if k != "skipped")
     if stats.get("skipped"):
         text += "; skipped: " + "; ".join(stats["skipped"])
+    repaired, lines = stats.get("repaired_lines", 0), stats.get("lines", 0)
+    if repaired and repaired * 10 >= max(lines, 1):  # a stray byte is repaired; not a file
+        text += (f"; WARNING: {repaired} of {lines} lines were not UTF-8 (their bytes became "
+                 "U+FFFD): the text is likely in another encoding; convert it to UTF-8 "
+                 "(e.g. iconv -f latin1 -t utf-8 FILE) and prepare again")
     return text
 
 

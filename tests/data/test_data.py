@@ -84,6 +84,18 @@ def test_bad_input_is_skipped_and_counted(tmp_path):
             stats.repaired_lines, stats.documents) == (1, 1, 1, 1, 2)
 
 
+def test_a_file_in_another_encoding_is_warned_of(tmp_path):
+    """Hostile pass 42 #65: Latin-1 text prepared with every line repaired, unsaid."""
+    (tmp_path / "l1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 20)
+    stats = corpus.CorpusStats()
+    list(corpus.read_documents(corpus.expand_paths(str(tmp_path)), stats=stats))
+    assert stats.repaired_lines == 20
+    assert "WARNING: 20 of 20 lines were not UTF-8" in stats.summary()
+    assert "iconv -f latin1 -t utf-8" in stats.summary()
+    one = corpus.CorpusStats(lines=100, repaired_lines=1)
+    assert "WARNING" not in one.summary()  # a stray byte is repaired, not a file's encoding
+
+
 def test_empty_corpus_and_missing_paths_are_errors(tmp_path):
     from ml_collections import ConfigDict
     (tmp_path / "empty.txt").write_bytes(b"")
