@@ -76,7 +76,8 @@ def _help_names(module) -> None:
     and --help prints __main__'s docstring: both are the command's."""
     from absl import flags
     by_module = flags.FLAGS.flags_by_module_dict()
-    for owner in (module.__name__, "encoder.commands.launcher_flags"):
+    for owner in (module.__name__, "encoder.commands.launcher_flags",
+                  *getattr(module, "FLAG_MODULES", ())):
         for flag in by_module.get(owner, ()):
             flags.FLAGS.register_flag_by_module(sys.argv[0], flag)
     sys.modules["__main__"].__doc__ = module.__doc__

@@ -76,6 +76,8 @@ MODES = {"step": step, "pipeline": pipeline, "prepare": prepare, "compile": comp
          "device": device}
 flags.DEFINE_enum("mode", "step", list(MODES), "what to benchmark (benchmarks/<mode>.py)")
 FLAGS = flags.FLAGS
+# --helpshort lists the benchmarks' own flags too (declared in benchmarks/, not here)
+FLAG_MODULES = sorted(m for m in sys.modules if m.startswith("benchmarks"))
 
 
 @one_line_errors
