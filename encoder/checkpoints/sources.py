@@ -258,16 +258,28 @@ class LoadReport:
                                if path.strip("/") == prefix or
                                path.strip("/").startswith(prefix + "/")), None)
                 if reason is None:
-                    refused.append(f"{path} ({'the source lacks it' if kind == 'fresh' else 'the model has no place for it'})")
+                    refused.append((path, 'the source lacks it' if kind == 'fresh'
+                                    else 'the model has no place for it'))
                 elif f"{kind}: {reason}" not in said:
                     said.append(f"{kind}: {reason}")
         if refused:
             raise ValueError(
-                f"init_from {source} does not fit this model: " + "; ".join(refused[:6])
-                + (f" (+{len(refused) - 6} more)" if len(refused) > 6 else "")
-                + ". It is a different architecture (set the model as the source has it), or "
+                f"init_from {source} does not fit this model: {refused_summary(refused)}. "
+                "It is a different architecture (set the model as the source has it), or "
                 "list the prefixes that may start fresh or go unused in --config.init_fresh")
         return said
+
+
+def refused_summary(refused: list[tuple[str, str]], most: int = 4) -> str:
+    """The refused leaves grouped by top-level module ('the source lacks all 43 under
+    /generator'), then the first few by path: a whole missing half reads as one."""
+    import collections
+    groups = collections.Counter((p.strip("/").split("/")[0], why) for p, why in refused)
+    parts = [f"{n} tensor{'s' * (n > 1)} under /{top} "
+             f"({why.replace(' it', ' them') if n > 1 else why})"
+             for (top, why), n in groups.most_common()]
+    first = "; ".join(f"{p} ({why})" for p, why in refused[:most])
+    return ", ".join(parts) + f" (first: {first}" + (" ...)" if len(refused) > most else ")")
 
 
 def fresh_prefixes(allowed: str) -> list[str]:

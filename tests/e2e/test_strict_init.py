@@ -88,6 +88,13 @@ def test_the_load_report_accounts_for_every_tensor():
     rules = {"pair": "a new head"}, {"pooler": "feeds only a pair head"}
     with pytest.raises(ValueError, match=r"/extra/b \(the model has no place for it\)"):
         rep.check("SRC", *rules)
+    # a whole missing half reads as one group (hostile pass 42 #23)
+    rep2 = sources.LoadReport(fresh=[f"/generator/l{i}" for i in range(5)] + ["/emb/norm"])
+    with pytest.raises(ValueError) as e:
+        rep2.check("SRC", {}, {})
+    assert ("does not fit this model: 5 tensors under /generator (the source lacks them), "
+            "1 tensor under /emb (the source lacks it) (first: /generator/l0 (the source "
+            "lacks it);") in str(e.value), str(e.value)
     said = rep.check("SRC", *rules, allowed="extra")
     assert said == ["fresh: a new head", "unused: feeds only a pair head",
                     "unused: --config.init_fresh"]
