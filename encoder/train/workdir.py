@@ -188,6 +188,17 @@ def _is_mutable(key: str, mutable) -> bool:
     return any(key == m or key.startswith(m + ".") for m in mutable)
 
 
+# Fine-tuning's fields whose value names a rule, not a number (chosen by the model's size).
+AUTO = {"train.learning_rate": 0.0, "train.num_epochs": 0, "finetune.dropout": -1}
+
+
+def _shown(key: str, value, auto: dict) -> str:
+    """A recorded value as a refusal shows it: 'auto' beside the value that means a rule."""
+    if key in auto and value == auto[key] and not isinstance(value, bool):
+        return f"{value!r} (auto: chosen by the model's size)"
+    return repr(value)
+
+
 def check_identity(workdir: str, config, mutable, defaults=None) -> list[str]:
     """Refuses a restart that would change the run; returns the allowed changes (logged).
     defaults: the config's defaults; a field the recorded run lacks (added to the code
@@ -206,8 +217,9 @@ def check_identity(workdir: str, config, mutable, defaults=None) -> list[str]:
                      and not (k not in old and k in base and new.get(k) == base[k]))
     refused = [k for k in changed if not _is_mutable(k, mutable)]
     if refused:
-        lines = [f"  {k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
-                 for k in refused[:12]]
+        auto = AUTO if config.get("mode") == "finetune" else {}
+        lines = [f"  {k}: {_shown(k, old.get(k, '<absent>'), auto)} -> "
+                 f"{_shown(k, new.get(k, '<absent>'), auto)}" for k in refused[:12]]
         more = f"\n  ... and {len(refused) - 12} more" if len(refused) > 12 else ""
         raise RunMismatch(
             f"{workdir} holds a run with a different configuration; resuming would mix two "

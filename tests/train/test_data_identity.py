@@ -49,3 +49,19 @@ def test_a_prepared_corpus_is_named_by_its_manifest():
     old = {"prepared": "/c", "plan": "a", "tokenizer": "t", "documents": {}, "shards": "s"}
     new = {**old, "shards": "s2"}
     assert corpus.fingerprint_diff(old, new) == ["shards: s -> s2"]
+
+
+def test_a_refused_change_of_a_rule_valued_field_says_auto(tmp_path):
+    """Hostile pass 42 #98: 'train.learning_rate: 0.0 -> 0.01' where 0 meant "by size"."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"text": "a", "label": "x"}\n')
+    config = _config(train_file=str(train), dev_file="")
+    config.mode, config.train = "finetune", ml_collections.ConfigDict({"learning_rate": 0.0})
+    wd = _run_dir(tmp_path, config)
+    config.train.learning_rate = 0.01
+    with pytest.raises(workdir_lib.RunMismatch, match=r"train\.learning_rate: 0\.0 \(auto: "
+                                                      r"chosen by the model's size\) -> 0\.01"):
+        workdir_lib.check_identity(wd, config, ())
+    config.mode = "pretrain"  # pretraining's 0.0 is a number
+    with pytest.raises(workdir_lib.RunMismatch, match=r"train\.learning_rate: 0\.0 -> 0\.01"):
+        workdir_lib.check_identity(wd, config, ())
