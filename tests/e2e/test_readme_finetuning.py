@@ -16,14 +16,11 @@ def _run(*args, timeout=900, xla_flags=CHILD_XLA_FLAGS):
     return proc.stdout
 
 
-def test_readme_finetuning_command_beats_the_majority_class(tmp_path):
-    """The README's commands in order, pretraining shortened (30 steps, warmup 10, compiled as the
-    tests compile), fine-tuning exactly as written, at XLA's defaults."""
-    pre, tasks, ft = tmp_path / "tiny", tmp_path / "tasks", tmp_path / "ft_topic"
-    _run("-m", "encoder.main", "--config=experiments/pretrain.py", f"--workdir={pre}",
-         "--config.train.num_steps=30", "--config.train.warmup_steps=10",
-         "--config.train.eval_every=0",
-         "--config.train.progress=false")
+def test_readme_finetuning_command_beats_the_majority_class(tmp_path, tiny_pretrained):
+    """The README's commands in order, pretraining as the session's tiny_pretrained (the
+    README's recipe, 6 steps: pretraining's own commands are tested in test_pretrain_runs),
+    fine-tuning exactly as written, at XLA's defaults."""
+    pre, tasks, ft = tiny_pretrained, tmp_path / "tasks", tmp_path / "ft_topic"
     _run("-m", "encoder.data.stdlib_tasks", "--out", str(tasks))
     out = _run("-m", "encoder.main",
                "--config=experiments/finetune.py:task=classification,pooling=mean",
