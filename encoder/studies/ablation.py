@@ -279,6 +279,15 @@ def finetuning_runs(planned: list[dict], root: str, experiment: str, data: str,
     return out
 
 
+def study_tasks(root: str, tasks: str) -> str:
+    """The suite's tasks folder for every run and watcher of the study: the embedded suite
+    ('' or 'embedded') built once into STUDY/tasks, not once per run or checkpoint."""
+    if tasks and tasks != "embedded":
+        return tasks
+    from encoder.data import embedded_tasks
+    return embedded_tasks.build_once(os.path.join(root, "tasks"))
+
+
 def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     """One watcher per pretraining run (encoder/studies/watch.py): the suite on each of its
     checkpoints while it trains, into STUDY/watch/<run> (the curves' source), as a run of
@@ -287,8 +296,8 @@ def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     out = []
     for r in planned:
         d = run_dir(r, root)
-        args = ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + [
-            "--watch_follow_job", "--watch_poll=5"] + list(extra)
+        args = [f"--tasks={study_tasks(root, tasks)}", "--watch_follow_job",
+                "--watch_poll=5"] + list(extra)
         config = {"mode": "suite", "suite": {"watch": d, "out": os.path.join(
             root, "watch", r["dir"]), "args": args}}
         out.append(runner.make_run(f"{r['dir']}/watch", os.path.join(
@@ -322,7 +331,7 @@ def suite_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     out = []
     for r in planned:
         d = run_dir(r, root)
-        args = ([f"--tasks={tasks}"] if tasks and tasks != "embedded" else []) + list(extra)
+        args = [f"--tasks={study_tasks(root, tasks)}"] + list(extra)
         config = {"mode": "suite", "suite": {"init_from": d, "out": os.path.join(d, "suite"),
                                              "args": args}}
         out.append(runner.make_run(f"{r['dir']}/suite", os.path.join(d, "suite_job"), config,

@@ -178,6 +178,10 @@ def watch(workdir: str, out: str, opts, run_suite, poll_s: float = 60.0,
                          "--init_from)")
     os.makedirs(out, exist_ok=True)
     check_settings(out, opts)
+    if not opts.tasks:  # the embedded suite: built once for every checkpoint, not once each
+        from encoder.data import embedded_tasks
+        opts = dataclasses.replace(opts, tasks=embedded_tasks.build_once(
+            os.path.join(out, "tasks")))
     while True:
         # read before scoring: a checkpoint after it is the last
         done = finished(workdir) or (follow_job and job_ended(workdir))

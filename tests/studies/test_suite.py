@@ -280,7 +280,9 @@ def test_ablate_plans_a_suite_job_per_pretraining_run(tmp_path, tiny_pretrained)
     cmd = suite_job.command(ml_collections.ConfigDict(run.config).suite)
     assert cmd[1:3] == ["-m", "encoder.suite"] and cmd[-1] == "--preset=runlocal"
     assert f"--init_from={d}" in cmd and f"--workdir={d}/suite" in cmd
-    assert not any(a.startswith("--tasks") for a in cmd)  # embedded: built by the suite
+    # embedded: built once for the whole study, every suite and watcher reads it
+    assert f"--tasks={root}/tasks" in cmd and os.path.isfile(os.path.join(root, "tasks",
+                                                                        "built.json"))
     glue, = ablate.suite_runs([{"dir": "a"}], root, "/glue", [])
     assert "--tasks=/glue" in glue.config["suite"]["args"]
     assert ablate.primary_metric([{"suite/average": 1.0, "eval/loss": 2.0}]) == "suite/average"

@@ -18,11 +18,14 @@ from helpers import tiny_pretrain_config
 class Opts:
     init_from: str = ""
     workdir: str = ""
+    tasks: str = "/tasks"
 
 
-def scorer(calls):
+def scorer(calls, tasks=None):
     def run_suite(opts):
         calls.append(opts.init_from)
+        if tasks is not None:
+            tasks.append(opts.tasks)
         os.makedirs(opts.workdir, exist_ok=True)
         step = int(opts.init_from.rsplit("@", 1)[1])
         return {"tasks": [{"task": "topic", "median": float(step)}],
@@ -37,14 +40,19 @@ def test_each_checkpoint_is_scored_once_across_restarts(tmp_path):
     out, calls = str(tmp_path / "watch"), []
     # a watcher that saw only step 2 (as if it started while the run trained), then stopped
     os.makedirs(out)
-    done = watch.score_new(run, out, Opts(), scorer(calls))
+    done = watch.score_new(run, out, Opts(tasks=""), scorer(calls))
     assert calls == [f"{run}@2", f"{run}@4"] and len(done) == 2
-    result = watch.watch(run, out, Opts(), scorer(calls), once=True)  # a restart: nothing new
+    result = watch.watch(run, out, Opts(tasks=""), scorer(calls), once=True)  # a restart: nothing new
     assert calls == [f"{run}@2", f"{run}@4"] and result["scored"] == [2, 4]
     # the run goes on: only its new checkpoints are scored, then the watcher ends (finished)
     config.train.num_steps = 6
     pretrain.train(config, run, devices=jax.devices()[:1])
-    result = watch.watch(run, out, Opts(), scorer(calls), poll_s=0, sleep=lambda s: None)
+    seen = []
+    result = watch.watch(run, out, Opts(tasks=""), scorer(calls, seen), poll_s=0,
+                         sleep=lambda s: None)
+    # the embedded suite: built once into the watch folder, read by every checkpoint's suite
+    assert seen == [os.path.join(out, "tasks")] and os.path.isdir(os.path.join(out, "tasks",
+                                                                                "topic"))
     assert calls[2:] == [f"{run}@6"] and result == {"scored": [2, 4, 6], "missed": [],
                                                     "finished": True}
     rows = [json.loads(line) for line in open(os.path.join(out, "curve.jsonl"))]
