@@ -73,6 +73,7 @@ class Opts:
     init_from: str = ""
     workdir: str = ""
     only: tuple = ()
+    tasks: str = "/tasks"
 
 
 def test_a_watch_follows_pretraining_runs_with_one_protocol(tmp_path, tiny_pretrained):
