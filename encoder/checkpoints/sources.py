@@ -61,7 +61,13 @@ def split_step(init_from: str) -> tuple[str, int | None]:
     or 'RUN@' where RUN is a folder (and RUN@abc is not): refused, naming its steps."""
     path, sep, step = init_from.rpartition("@")
     if sep and step.isdigit() and not init_from.startswith("hf:"):
-        return path, int(step)
+        if os.path.exists(init_from) and os.path.isdir(path):
+            raise ValueError(f"init_from={init_from!r} names two things: the folder "
+                             f"{init_from} and step {step} of {path}; rename the folder (an "
+                             "@ followed by a number reads as WORKDIR@STEP)")
+        if not os.path.exists(init_from):  # else a folder named RUN@6, RUN absent: itself
+            return path, int(step)
+        return init_from, None
     if sep and path and not init_from.startswith("hf:") and os.path.isdir(path) \
             and not os.path.exists(init_from):
         folder = os.path.join(path, "checkpoints")
@@ -86,6 +92,9 @@ def check_init_fields(config) -> None:
                          "fresh, drop init_from)")
     _, at = split_step(init_from) if init_from else ("", None)
     step = config.get("init_step", -1)
+    if step >= 0 and not init_from:
+        raise ValueError(f"--config.init_step={step} needs --config.init_from: the workdir "
+                         "whose checkpoint at that step the run starts from")
     if at is not None and step >= 0 and step != at:
         raise ValueError(f"--config.init_from={init_from} and --config.init_step={step} name "
                          f"two steps: give one (WORKDIR@STEP is init_step=STEP)")

@@ -81,7 +81,8 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
                 raise
             raise SystemExit(f"error: {e}") from None
         except Exception as e:  # noqa: BLE001 -- only the user-facing ones are shortened
-            missing = "Failed loading config file" in str(e) and missing_config_file(sys.argv)
+            missing = ("Configuration is not available" in str(e)
+                       and missing_config_file(sys.argv))
             if missing and not _verbose():
                 raise SystemExit(f"error: {missing}") from None
             if not errors.is_user_facing(e) or _verbose():
@@ -123,6 +124,11 @@ def missing_config_file(argv: list[str]) -> str | None:
         path = arg.split("=", 1)[1].split(":", 1)[0]
         if os.path.isfile(path):
             continue
+        if os.path.isdir(path):
+            there = sorted(f for f in os.listdir(path) if f.endswith(".py")
+                           and not f.startswith("_"))
+            return (f"--config={path} is a folder: give an experiment file in it "
+                    f"({', '.join(os.path.join(path, f) for f in there[:4])}, ...)")
         folder = os.path.dirname(path) or "."
         there = sorted(f for f in os.listdir(folder) if f.endswith(".py")) \
             if os.path.isdir(folder) else []

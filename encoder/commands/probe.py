@@ -1,6 +1,6 @@
 """`python -m encoder probe` (= `encoder.eval.probe`): per-layer linear probes of a model;
 the job is encoder/jobs/probe.py."""
-from absl import flags
+from absl import flags, logging
 
 from encoder import errors
 from encoder.commands.one_line import one_line_errors
@@ -21,6 +21,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     from encoder.jobs import probe
     f = FLAGS
     probe.probe(f.init_from, f.tasks, f.out, f.random_init, f.max_train, f.max_tokens,

@@ -91,6 +91,10 @@ def _run(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it writes at INFO
     config = FLAGS.config
+    if config is None:
+        raise app.UsageError("--config=experiments/NAME.py[:arg] is required (the experiment "
+                             "to run: experiments/pretrain.py, finetune.py, evaluate.py, "
+                             "embed.py or a recipe)")
     mode = config.get("mode", "pretrain")
     job = registry.lookup(JOBS, mode, "config.mode")
     if "distributed" in config:

@@ -57,21 +57,45 @@ class Declared:
     every: int
     options: dict
     fn: Callable
+    data: str = ""  # the hash of its task's files (task_data)
 
     @property
     def key(self) -> str:
-        """What identifies its scores in the record: a changed option is a new evaluator."""
-        return key(self.kind, self.options)
+        """What identifies its scores in the record: a changed option or task file is a new
+        evaluator."""
+        return key(self.kind, self.options, self.data)
 
 
-def key(kind: str, options: dict) -> str:
-    """An evaluator's protocol as one string: its kind and every option but the cadence."""
-    return json.dumps({"kind": kind, **options}, sort_keys=True)
+def key(kind: str, options: dict, data: str = "") -> str:
+    """An evaluator's protocol as one string: its kind, every option but the cadence, and
+    the content of the task files it reads (where it reads any)."""
+    return json.dumps({"kind": kind, **options, **({"data": data} if data else {})},
+                      sort_keys=True)
 
 
-def planned_keys(evals, checkpoint_every: int = 1) -> dict:
-    """{name: key} of config.evals."""
-    return {name: key(kind, options)
+def task_data(options: dict, workdir: str) -> str:
+    """A short hash of the files of the task an evaluator reads; '' for a kind that reads
+    none, or a task folder not there yet (the embedded suite before its first build)."""
+    if "task" not in options:
+        return ""
+    folder = options["tasks"] or os.path.join(workdir, TASKS)
+    if not os.path.isdir(folder):
+        return ""
+    import hashlib
+    from encoder.eval import identity
+    from encoder.tasks import catalog
+    try:
+        found, _ = catalog.discover(folder, [options["task"]])
+    except (FileNotFoundError, ValueError):
+        return ""
+    files = {k: v["sha256"] for k, v in identity.files_identity(found[0].files).items()}
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def planned_keys(evals, checkpoint_every: int = 1, workdir: str = "") -> dict:
+    """{name: key} of config.evals (with its task files' hash where workdir's or the
+    given task folder is there)."""
+    return {name: key(kind, options, task_data(options, workdir))
             for name, kind, _, options in parse(evals, checkpoint_every)}
 
 
@@ -88,8 +112,9 @@ def recorded_keys(workdir: str) -> dict:
 def option_changes(old: str, new: str) -> str:
     """'max_train: 1000 -> 50, layer: -1 -> 2' between two keys."""
     a, b = json.loads(old), json.loads(new)
-    return ", ".join(f"{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
-                     if a.get(k) != b.get(k))
+    return ", ".join((f"its task files changed (sha256 {a.get(k)} -> {b.get(k)})" if k == "data"
+                      else f"{k}: {a.get(k)!r} -> {b.get(k)!r}")
+                     for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
 
 def protocol_changes(planned: dict, recorded: dict) -> list[str]:
@@ -98,6 +123,9 @@ def protocol_changes(planned: dict, recorded: dict) -> list[str]:
     out = []
     for name, new in planned.items():
         for old, steps in (recorded.get(name) or {}).items():
+            if "data" not in json.loads(new):  # its task files not there to compare yet
+                old = json.dumps({k: v for k, v in json.loads(old).items() if k != "data"},
+                                 sort_keys=True)
             if old != new:
                 steps = sorted(steps)
                 at = ", ".join(map(str, steps[:4])) + (", ..." if len(steps) > 4 else "")
@@ -111,7 +139,8 @@ def check_record(evals, checkpoint_every: int, workdir: str) -> None:
     (one curve, one metric name, two protocols), before any work."""
     if not evals or not os.path.isdir(workdir):
         return
-    changed = protocol_changes(planned_keys(evals, checkpoint_every), recorded_keys(workdir))
+    changed = protocol_changes(planned_keys(evals, checkpoint_every, workdir),
+                               recorded_keys(workdir))
     if changed:
         raise UsageError(
             f"{workdir}: {changed[0]}: its curve would mix two protocols under one name; "
@@ -230,9 +259,17 @@ def _check_options(where: str, options: dict, num_layers: int | None) -> None:
     if "pooling" in options and options["pooling"] not in heads.POOLING:
         raise UsageError(f"{where}.pooling={options['pooling']!r}: expected one of "
                          f"{', '.join(heads.POOLING)}")
-    if options.get("tasks") and not os.path.isdir(options["tasks"]):
-        raise UsageError(f"{where}.tasks={options['tasks']!r} is not a folder (a suite task "
-                         "folder: python -m encoder.data.stdlib_tasks --out DIR writes one)")
+    if options.get("tasks"):
+        options["tasks"] = os.path.normpath(options["tasks"])  # DIR/ is DIR: one protocol
+        if not os.path.isdir(options["tasks"]):
+            raise UsageError(f"{where}.tasks={options['tasks']!r} is not a folder (a suite "
+                             "task folder: python -m encoder.data.stdlib_tasks --out DIR "
+                             "writes one)")
+        from encoder.tasks import catalog
+        try:
+            catalog.discover(options["tasks"], [options["task"]])  # e.g. no dev.jsonl
+        except (FileNotFoundError, ValueError) as e:
+            raise UsageError(f"{where}.task={options['task']!r}: {e}") from None
     for name in ("max_len", "max_eval", "max_train", "batches"):
         v = options.get(name)
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0
@@ -265,10 +302,14 @@ def from_tasks(names: list) -> dict:
     from encoder.data import embedded_tasks
     out = {}
     for name in names:
+        if name == "heldout":  # the objective's held-out figures, on more batches
+            out[name] = entry("heldout")
+            continue
         meta = embedded_tasks.TASK_META.get(name)
         if meta is None:
             raise UsageError(f"evals={name!r}: the embedded suite has "
-                             f"{', '.join(embedded_tasks.TASK_META)}")
+                             f"{', '.join(embedded_tasks.TASK_META)} (or heldout: the "
+                             "objective's held-out figures)")
         kind = "embedding" if meta["type"] in ("sts", "retrieval") else "probe"
         if kind == "probe":
             from encoder.jobs import probe
@@ -311,7 +352,8 @@ def build(evals, checkpoint_every: int, context: Context) -> list[Declared]:
     parsed = parse(evals, checkpoint_every, context.model_cfg.num_layers)
     if any("task" in o and not o["tasks"] for _, _, _, o in parsed):
         _embedded_tasks(context.workdir)
-    return [Declared(name, kind, every, options, KINDS[kind].build(context, options))
+    return [Declared(name, kind, every, options, KINDS[kind].build(context, options),
+                     task_data(options, context.workdir))
             for name, kind, every, options in parsed]
 
 

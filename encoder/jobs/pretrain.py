@@ -198,9 +198,14 @@ def build(config, workdir: str, devices=None) -> Run:
     data = _open_data(first, workdir)
     logging.info("data: %s", data.description)
     if data.valid is None and config.train.eval_every:
-        raise ValueError(f"no held-out document to evaluate on ({data.description}): raise "
-                         f"data.valid_fraction (now {config.data.valid_fraction}), give "
-                         "data.valid_files, or set train.eval_every=0")
+        from encoder.data import shards
+        prepared = shards.is_prepared(str(config.data.train_files))
+        raise ValueError(
+            f"no held-out document to evaluate on ({data.description}): "
+            + ("a prepared corpus keeps the split prepare made: prepare it again with a "
+               "larger --valid_fraction (and more than one document)" if prepared else
+               f"raise data.valid_fraction (now {config.data.valid_fraction})")
+            + ", give data.valid_files, or set train.eval_every=0")
     tok = data.tokenizer
     set_vocabulary(config, tok.vocab_size)
     plan = phases_lib.plan(config)

@@ -113,6 +113,11 @@ def check_sweeps(sweeps: list[tuple[str, list]], base=None) -> None:
     the first's variants would never run (issue 36: rope was dropped from the table)."""
     seen: dict = {}
     for field, values in sweeps:
+        if field.startswith(("evals.", "config.evals.", "evals:")) or field == "evals":
+            raise errors.UsageError(
+                f"--sweep={field}=...: config.evals changes what a run is scored by, not the "
+                "run: its variants would train identical models and their scores would not "
+                "be compared; declare each evaluator under its own name in one config")
         if field in ("seed", "config.seed"):
             raise errors.UsageError(f"--sweep={field}=...: every variant already runs once per "
                                     "seed index (config.seed = 0 .. --seeds-1); give "
@@ -474,8 +479,9 @@ def check_protocols(planned: list[dict], root: str) -> None:
     for r in planned:
         if not r["config"].get("evals"):
             continue
-        changed = evals_lib.protocol_changes(evals_lib.planned_keys(r["config"].evals),
-                                             evals_lib.recorded_keys(run_dir(r, root)))
+        d = run_dir(r, root)
+        changed = evals_lib.protocol_changes(evals_lib.planned_keys(r["config"].evals, 1, d),
+                                             evals_lib.recorded_keys(d))
         if changed:
             raise errors.UsageError(
                 f"run {r['dir']}: {changed[0]}: the study's table would rank scores made "

@@ -188,7 +188,14 @@ class ScoreRecord:
             return
         row = {"name": ev.name, "step": step, "key": ev.key, "metrics": metrics,
                "time": time.time()}
+        torn = False  # a line a kill left half-written: this row must not join it
+        if os.path.exists(self.path) and os.path.getsize(self.path):
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                torn = f.read(1) != b"\n"
         with open(self.path, "a") as f:
+            if torn:
+                f.write("\n")
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())

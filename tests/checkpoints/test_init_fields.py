@@ -31,10 +31,17 @@ def test_workdir_at_step_splits_and_a_step_that_is_not_a_number_names_the_steps(
                "checkpoints at [2, 6])" in str(e.value)
     os.makedirs(tmp_path / "odd@name")  # a folder whose own name holds an @ is that folder
     assert sources.split_step(str(tmp_path / "odd@name")) == (str(tmp_path / "odd@name"), None)
+    os.makedirs(tmp_path / "run@6")  # ... even when what follows the @ is a number
+    assert sources.split_step(str(tmp_path / "run@6")) == (str(tmp_path / "run@6"), None)
+    os.makedirs(f"{src}@6")  # both readings exist (hostile pass 43 #20, #96): refused
+    with pytest.raises(ValueError, match=r"names two things: the folder .*src@6 and step 6 "
+                                         r"of .*src; rename the folder"):
+        sources.split_step(f"{src}@6")
 
 
 @pytest.mark.parametrize("fields, words", [
     ({"init_fresh": "mlm_head"}, ["init_fresh='mlm_head' needs --config.init_from"]),
+    ({"init_step": 4}, ["--config.init_step=4 needs --config.init_from"]),
     ({"init_from": "W", "init_fresh": "/"}, ["init_fresh='/' names no parameter path",
                                              "drop init_from"]),
     ({"init_from": "W@6", "init_step": 3}, ["init_from=W@6 and --config.init_step=3 name two "

@@ -185,3 +185,14 @@ def test_suite_grid_mistakes_are_refused_before_data_and_leave_no_folder(tiny_pr
                             "--finetune_set=finetune.bogus=1", f"--workdir={wd}")
     one_line(rc, err, "field 'finetune.bogus': no 'bogus' in the config")
     assert not wd.exists()
+
+
+def test_probe_is_quiet_by_default(tiny_pretrained, tmp_path):
+    """Hostile pass 43: orbax's INFO lines (one per file read) buried the probe's result."""
+    from helpers import run_module, topic_task
+    tasks = topic_task(tmp_path / "tasks" / "topic", n_train=16, n_dev=8)
+    rc, out, err = run_module("encoder", "probe", f"--init_from={tiny_pretrained}",
+                              f"--tasks={tasks}", f"--out={tmp_path / 'p'}", "--max_train=16")
+    assert rc == 0, err[-2000:]
+    assert "checkpoint.py" not in err and " INFO " not in err and not err.startswith("I1"), err
+    assert (tmp_path / "p" / "probes.json").exists()

@@ -129,6 +129,11 @@ def test_a_misspelt_experiment_and_an_undeclared_evaluator_say_what_to_type(tmp_
                             f"--workdir={wd}")
     one_line(rc, err, "--config=experiments/pretrian.py: no such experiment file; did you "
              "mean experiments/pretrain.py?")
+    rc, _, err = run_module("encoder.main", "--config=experiments", f"--workdir={wd}")
+    one_line(rc, err, "--config=experiments is a folder: give an experiment file in it "
+             "(experiments/albert_base.py")
+    rc, _, err = run_module("encoder.main", f"--workdir={wd}")  # no --config at all
+    one_line(rc, err, "--config=experiments/NAME.py[:arg] is required")
     rc, _, err = run_module("encoder.main", "--config=experiments/pretrain.py:runlocal",
                             "--config.evals.mine.kind=heldout", f"--workdir={wd}")
     one_line(rc, err, "'mine' is not a field of config.evals. config.evals is empty: declare "

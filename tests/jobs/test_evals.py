@@ -140,3 +140,46 @@ def test_a_changed_option_of_a_scored_evaluator_is_refused_on_resume(tmp_path):
     assert "config.evals.topic (max_train: 1000 -> 100; scored at step 2, 4" in msg, msg
     assert "mix two protocols" in msg and "new name" in msg
     declared.check_record({"topic": {**old, "max_train": 100}}, 2, str(tmp_path / "new"))
+
+
+def test_a_task_file_changed_under_a_scored_evaluator_is_refused_on_resume(tmp_path):
+    """Hostile pass 43: the task folder's dev labels edited between two starts, the same
+    path and options: the curve went on, scored on other data, silently."""
+    from helpers import topic_task
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=16, n_dev=8)
+    entry = declared.entry("probe", task="topic", tasks=str(tasks) + "/")  # DIR/ is DIR
+    [(_, kind, _, options)] = declared.parse({"topic": entry}, 2, 2)
+    assert options["tasks"] == str(tasks)
+    data = declared.task_data(options, str(tmp_path))
+    assert len(data) == 16
+    metrics_io.ScoreRecord(str(tmp_path)).add(
+        declared.Declared("topic", kind, 2, options, None, data), 2, {"score": 0.5})
+    declared.check_record({"topic": entry}, 2, str(tmp_path))  # the same files: resumes
+    dev = tasks / "topic" / "dev.jsonl"
+    dev.write_text(dev.read_text().replace('"label": "', '"label": "x', 1))
+    with pytest.raises(UsageError, match=r"config\.evals\.topic \(its task files changed "
+                                         r"\(sha256 [0-9a-f]{16} -> [0-9a-f]{16}\); scored at "
+                                         r"step 2"):
+        declared.check_record({"topic": entry}, 2, str(tmp_path))
+    with pytest.raises(UsageError, match=r"config\.evals\.a\.task='nope': .*--only names"):
+        declared.parse({"a": declared.entry("probe", task="nope", tasks=str(tasks))}, 2, 2)
+
+
+def test_heldout_by_option_a_probe_task_without_dev_and_a_torn_record(tmp_path):
+    """Hostile pass 43 #7, #68, #92."""
+    assert declared.from_tasks(["heldout"]) == {"heldout": declared.entry("heldout")}
+    from helpers import topic_task
+    tasks = tmp_path / "tasks"
+    topic_task(tasks / "topic", n_train=8, n_dev=4)
+    (tasks / "topic" / "dev.jsonl").unlink()
+    with pytest.raises(UsageError, match=r"config\.evals\.a\.task='topic': .*topic: no dev\.jsonl"):
+        declared.parse({"a": declared.entry("probe", task="topic", tasks=str(tasks))}, 2, 2)
+    ev = _evaluator([], 2)
+    rec = metrics_io.ScoreRecord(str(tmp_path))
+    rec.add(ev, 2, {"loss": 0.2})
+    with open(tmp_path / metrics_io.SCORES, "a") as f:
+        f.write('{"name": "ho", "step": 4, "ke')  # killed mid-write
+    metrics_io.ScoreRecord(str(tmp_path)).add(ev, 4, {"loss": 0.4})  # the redone score
+    again = metrics_io.ScoreRecord(str(tmp_path))
+    assert again.get(ev, 2) == {"loss": 0.2} and again.get(ev, 4) == {"loss": 0.4}

@@ -180,3 +180,10 @@ def test_the_watchers_say_what_they_run_on_each_checkpoint():
     quick = ablation.watch_line(ablation.Study(workdir="s", config=None, watch=True,
                                                suite_args=("--probe_only",)))
     assert quick.endswith("--probe_only on each checkpoint (the embedded suite)")
+
+
+def test_a_sweep_of_an_evaluator_option_is_refused():
+    """Hostile pass 43 #57: two identical models trained, then "not compared"."""
+    with pytest.raises(errors.UsageError, match=r"--sweep=evals\.topic\.max_train=\.\.\.: "
+                                                r"config\.evals changes what a run is scored by"):
+        ablation.check_sweeps([ablation.parse_sweep("evals.topic.max_train=50,1000")], None)
