@@ -16,5 +16,7 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.out.strip():
+        raise errors.UsageError("--out is empty: give the folder to write the tasks into")
     from encoder.data import embedded_tasks
     print(json.dumps(embedded_tasks.write_tasks(FLAGS.out)))

@@ -76,3 +76,10 @@ def test_dry_run_and_detach_are_refused_with_the_local_launcher(tmp_path):
                                        "launcher it would run everything: drop it, or choose "
                                        "a launcher"), err
     assert not (tmp_path / "w").exists()
+
+
+def test_an_empty_out_is_named():
+    """Hostile pass 43 #100: `tasks --out=` said only "No such file or directory"."""
+    rc, _, err = _run("-m", "encoder", "tasks", "--out=")
+    assert rc == 1 and err.strip() == "error: --out is empty: give the folder to write the " \
+        "tasks into", err
