@@ -23,6 +23,7 @@ import numpy as np
 
 from encoder.checkpoints import store
 from encoder.data import tokenizer as tokenizer_lib
+from encoder.eval import identity
 from encoder.model import scan
 
 KINDS = ("pretraining", "finetuning", "params", "hf", "scratch")  # scratch: fine-tuning
@@ -57,24 +58,23 @@ def _tokenizer_in(folder: str, run_config=None):
 
 
 def split_step(init_from: str) -> tuple[str, int | None]:
-    """'RUN@400' -> ('RUN', 400): a pretraining workdir's checkpoint at that step. 'RUN@abc'
-    or 'RUN@' where RUN is a folder (and RUN@abc is not): refused, naming its steps."""
+    """'RUN@400' -> ('RUN', 400): a pretraining workdir's checkpoint at that step; a folder
+    named 'RUN@400' (RUN no folder) is itself. Refused: 'RUN@abc' or 'RUN@' where RUN is a
+    folder (naming its steps), and 'RUN@400' where both readings exist."""
     path, sep, step = init_from.rpartition("@")
-    if sep and step.isdigit() and not init_from.startswith("hf:"):
-        if os.path.exists(init_from) and os.path.isdir(path):
-            raise ValueError(f"init_from={init_from!r} names two things: the folder "
-                             f"{init_from} and step {step} of {path}; rename the folder (an "
-                             "@ followed by a number reads as WORKDIR@STEP)")
-        if not os.path.exists(init_from):  # else a folder named RUN@6, RUN absent: itself
-            return path, int(step)
+    if not sep or not path or init_from.startswith("hf:"):
         return init_from, None
-    if sep and path and not init_from.startswith("hf:") and os.path.isdir(path) \
-            and not os.path.exists(init_from):
-        folder = os.path.join(path, "checkpoints")
-        steps = sorted(int(d) for d in os.listdir(folder) if d.isdigit()) \
-            if os.path.isdir(folder) else []
+    named, workdir = os.path.exists(init_from), os.path.isdir(path)
+    if step.isdigit() and named and workdir:
+        raise ValueError(f"init_from={init_from!r} names two things: the folder "
+                         f"{init_from} and step {step} of {path}; rename the folder (an "
+                         "@ followed by a number reads as WORKDIR@STEP)")
+    if step.isdigit() and not named:
+        return path, int(step)
+    if workdir and not named:
         raise ValueError(f"init_from={init_from!r}: @{step} is not a step: give WORKDIR@STEP "
-                         f"with STEP a number ({path} has checkpoints at {steps or 'no step'})")
+                         f"with STEP a number ({path} has checkpoints at "
+                         f"{identity.checkpoint_steps(path) or 'no step'})")
     return init_from, None
 
 
@@ -90,11 +90,11 @@ def check_init_fields(config) -> None:
         raise ValueError(f"--config.init_fresh={fresh!r} names no parameter path (give "
                          "prefixes like encoder/blocks_0,mlm_head; to start every tensor "
                          "fresh, drop init_from)")
-    _, at = split_step(init_from) if init_from else ("", None)
     step = config.get("init_step", -1)
     if step >= 0 and not init_from:
         raise ValueError(f"--config.init_step={step} needs --config.init_from: the workdir "
                          "whose checkpoint at that step the run starts from")
+    at = split_step(init_from)[1] if init_from else None
     if at is not None and step >= 0 and step != at:
         raise ValueError(f"--config.init_from={init_from} and --config.init_step={step} name "
                          f"two steps: give one (WORKDIR@STEP is init_step=STEP)")

@@ -105,10 +105,12 @@ def _tokenizer_path(folder: str, run: dict | None) -> str | None:
 
 
 def checkpoint_steps(workdir: str) -> list[int]:
+    """The steps of a run's complete checkpoints (orbax's own folders, no tmp ones)."""
     folder = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(folder):
         return []
-    return sorted(int(d) for d in os.listdir(folder) if d.isdigit())
+    return sorted(int(d) for d in os.listdir(folder) if d.isdigit()
+                  and os.path.isdir(os.path.join(folder, d)))
 
 
 def _run_hash(workdir: str) -> str | None:

@@ -20,6 +20,7 @@ embedded suite, built once into WORKDIR/evals/tasks). Fine-tunings and whole sui
 each checkpoint are the watcher's (`encoder.suite --watch=WORKDIR`), not the loop's.
 """
 import dataclasses
+import hashlib
 import json
 import os
 from typing import Callable
@@ -81,7 +82,6 @@ def task_data(options: dict, workdir: str) -> str:
     folder = options["tasks"] or os.path.join(workdir, TASKS)
     if not os.path.isdir(folder):
         return ""
-    import hashlib
     from encoder.eval import identity
     from encoder.tasks import catalog
     try:
@@ -122,8 +122,9 @@ def protocol_changes(planned: dict, recorded: dict) -> list[str]:
     made under, one line each (name, steps scored, what changed): [] when none does."""
     out = []
     for name, new in planned.items():
+        blind = "data" not in json.loads(new)  # its task files not there to compare yet
         for old, steps in (recorded.get(name) or {}).items():
-            if "data" not in json.loads(new):  # its task files not there to compare yet
+            if blind:
                 old = json.dumps({k: v for k, v in json.loads(old).items() if k != "data"},
                                  sort_keys=True)
             if old != new:
@@ -277,8 +278,7 @@ def _check_options(where: str, options: dict, num_layers: int | None) -> None:
             raise UsageError(f"{where}.{name}={v!r}: a whole number, at least "
                              f"{1 if name == 'batches' else 0}")
     if "layer" in options:
-        layer = options["layer"]
-        top = num_layers if num_layers is not None else None
+        layer, top = options["layer"], num_layers
         if not isinstance(layer, int) or isinstance(layer, bool) or (
                 top is not None and not -(top + 1) <= layer <= top):
             span = (f"0 (the embeddings) to {top}, or -1 for the last" if top is not None

@@ -298,11 +298,10 @@ def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     checkpoints while it trains, into STUDY/watch/<run> (the curves' source), as a run of
     the study beside its run (its records in STUDY/watch_jobs/<run>: not inside the run's
     folder, which only the run itself may create)."""
-    out = []
+    out, tasks = [], study_tasks(root, tasks)
     for r in planned:
         d = run_dir(r, root)
-        args = [f"--tasks={study_tasks(root, tasks)}", "--watch_follow_job",
-                "--watch_poll=5"] + list(extra)
+        args = [f"--tasks={tasks}", "--watch_follow_job", "--watch_poll=5"] + list(extra)
         config = {"mode": "suite", "suite": {"watch": d, "out": os.path.join(
             root, "watch", r["dir"]), "args": args}}
         out.append(runner.make_run(f"{r['dir']}/watch", os.path.join(
@@ -333,10 +332,10 @@ def suite_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
     """One suite job per pretraining run (encoder/jobs/suite.py): its records in
     <run>/suite_job/, its scores in <run>/suite/; run by the study's launcher, like the
     pretraining runs. The run it scores is its input: trained on since, it is rerun."""
-    out = []
+    out, tasks = [], study_tasks(root, tasks)
     for r in planned:
         d = run_dir(r, root)
-        args = [f"--tasks={study_tasks(root, tasks)}"] + list(extra)
+        args = [f"--tasks={tasks}"] + list(extra)
         config = {"mode": "suite", "suite": {"init_from": d, "out": os.path.join(d, "suite"),
                                              "args": args}}
         out.append(runner.make_run(f"{r['dir']}/suite", os.path.join(d, "suite_job"), config,
@@ -429,7 +428,7 @@ def primary_metric(rows: list[dict]) -> str | None:
     measure different things: RTD's eval/mlm_accuracy is its generator's)."""
     declared = sorted({k for r in rows for k in r if k.startswith("evals/")
                        and not k.rsplit("/", 1)[-1].startswith(NOT_A_SCORE)
-                       and len(protocols(rows, k)) == 1})
+                       and len(protocol_groups(rows, k.split("/")[1])) <= 1})
     for key in DOWNSTREAM + tuple(declared):
         if all(key in r for r in rows):
             return key
@@ -441,11 +440,14 @@ def primary_metric(rows: list[dict]) -> str | None:
     return "final_train_loss"
 
 
-def protocols(rows: list[dict], metric: str) -> set:
-    """The protocols (encoder/jobs/evals.py keys) a declared evaluator's metric was scored
-    under across the rows: a metric scored under two is never ranked."""
-    name = metric.split("/")[1]
-    return {r.get(f"protocol/{name}") for r in rows if metric in r}
+def protocol_groups(rows: list[dict], name: str) -> dict:
+    """{protocol (encoder/jobs/evals.py key): [variants scored under it]} of a declared
+    evaluator across the rows: a score made under two protocols is never ranked."""
+    groups: dict = {}
+    for r in rows:
+        if f"protocol/{name}" in r:
+            groups.setdefault(r[f"protocol/{name}"], []).append(r["variant"])
+    return groups
 
 
 def mixed_protocols(rows: list[dict]) -> list[str]:
@@ -454,20 +456,17 @@ def mixed_protocols(rows: list[dict]) -> list[str]:
     import json
     out = []
     for name in sorted({k.split("/")[1] for r in rows for k in r if k.startswith("evals/")}):
-        by_key: dict = {}
-        for r in rows:
-            if f"protocol/{name}" in r:
-                by_key.setdefault(r[f"protocol/{name}"], []).append(r["variant"])
-        if len(by_key) < 2:
+        groups = protocol_groups(rows, name)
+        if len(groups) < 2:
             continue
-        options = [json.loads(k) for k in by_key]
+        options = [json.loads(k) for k in groups]
         differ = sorted({o for d in options for o in d
                          if len({json.dumps(e.get(o)) for e in options}) > 1})
-        parts = ["; ".join(" ".join(f"{o}={d.get(o)}" for o in differ)
-                           + f" ({', '.join(dict.fromkeys(v))})"
-                           for d, v in zip(options, by_key.values()))]
+        each = "; ".join(" ".join(f"{o}={d.get(o)}" for o in differ)
+                         + f" ({', '.join(dict.fromkeys(v))})"
+                         for d, v in zip(options, groups.values()))
         out.append(f"**evals/{name} is not compared: its runs were scored under different "
-                   f"options: {parts[0]}.**")
+                   f"options: {each}.**")
     return out
 
 

@@ -20,20 +20,12 @@ import json
 import os
 import time
 
+from encoder.eval.identity import checkpoint_steps
 from encoder.train import metrics_io
 from encoder.train import workdir as workdir_lib
 
 STATE = "watch.json"
 CURVE = "curve.jsonl"
-
-
-def checkpoint_steps(workdir: str) -> list[int]:
-    """The steps of a run's complete checkpoints (orbax's own folders, no tmp ones)."""
-    folder = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(folder):
-        return []
-    return sorted(int(n) for n in os.listdir(folder) if n.isdigit()
-                  and os.path.isdir(os.path.join(folder, n)))
 
 
 def finished(workdir: str) -> bool:

@@ -169,9 +169,11 @@ class ScoreRecord:
         self.path = os.path.join(workdir, SCORES)
         self.primary = primary
         self.scores: dict = {}
+        self.torn = False  # the last line a kill left half-written: the next row starts anew
         if os.path.exists(self.path):
             with open(self.path) as f:
                 for line in f:
+                    self.torn = not line.endswith("\n")
                     try:
                         row = json.loads(line)
                         self.scores[(row["name"], row["step"], row["key"])] = row["metrics"]
@@ -188,14 +190,10 @@ class ScoreRecord:
             return
         row = {"name": ev.name, "step": step, "key": ev.key, "metrics": metrics,
                "time": time.time()}
-        torn = False  # a line a kill left half-written: this row must not join it
-        if os.path.exists(self.path) and os.path.getsize(self.path):
-            with open(self.path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                torn = f.read(1) != b"\n"
         with open(self.path, "a") as f:
-            if torn:
+            if self.torn:
                 f.write("\n")
+                self.torn = False
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
