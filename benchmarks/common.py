@@ -159,5 +159,15 @@ def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
            "step_s_median": round(step_s, 5), "tokens_per_s": round(tokens / step_s, 1),
            "flops_per_step": fps, "flops_per_s": fps / step_s,
            "fraction_of_peak": fps / step_s / (peak * jax.device_count()),
-           "peak_flops_per_device": peak, "compiled_memory_bytes": mem, **extra}
+           "peak_flops_per_device": peak, "compiled_memory_bytes": mem,
+           **device_peak_bytes(), **extra}
     return row
+
+
+def device_peak_bytes() -> dict:
+    """{"device_peak_bytes": the allocator's high-water mark} where the backend keeps one
+    (GPUs; not the CPU). On the H200 (stop 44) memory_analysis() gave ~22 GB for every
+    kernel row whatever the batch, so a GPU row carries what the allocator really held too."""
+    stats = jax.devices()[0].memory_stats() or {}
+    return {"device_peak_bytes": int(stats["peak_bytes_in_use"])} \
+        if "peak_bytes_in_use" in stats else {}

@@ -41,6 +41,31 @@ def _squeue(env):
                           env=env).stdout
 
 
+def _tail(path, n=3000):
+    try:
+        return open(path, errors="replace").read()[-n:]
+    except OSError as e:
+        return f"({e})"
+
+
+def _evidence(workdir, env) -> str:
+    """What a failed wait shows: the queue, the run's log, SLURM's own output of the job
+    and the controller's log."""
+    parts = []
+    if env:
+        q = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i %T %r"], capture_output=True,
+                           text=True, env=env)
+        parts.append(f"squeue -t all:\n{q.stdout}{q.stderr}")
+    if workdir:
+        parts.append(f"run.log:\n{_tail(workdir / 'run.log')}")
+        for out in sorted((workdir / "slurm").glob("*.out")):
+            parts.append(f"{out.name}:\n{_tail(out, 1500)}")
+    if env and env.get("SLURM_CONF"):
+        parts.append(f"slurmctld.log:\n"
+                     f"{_tail(os.path.join(os.path.dirname(env['SLURM_CONF']), 'slurmctld.log'))}")
+    return "\n".join(parts)
+
+
 def _wait(predicate, timeout=300, what="", workdir=None, env=None, proc=None):
     """Polls predicate; fails with the run's log and the queue after timeout, or at once
     with the command's output when proc (the command being waited on) has exited."""
@@ -48,12 +73,9 @@ def _wait(predicate, timeout=300, what="", workdir=None, env=None, proc=None):
     while not predicate():
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"the command exited ({proc.returncode}) before {what}:\n"
-                                 f"{proc.stdout.read()[-3000:]}")
+                                 f"{proc.stdout.read()[-3000:]}\n{_evidence(workdir, env)}")
         if time.time() - t0 > timeout:
-            log = (workdir / "run.log").read_text()[-3000:] if workdir else ""
-            queue = _squeue(env) if env else ""
-            raise AssertionError(f"timed out waiting for {what}\nsqueue:\n{queue}\n"
-                                 f"run.log:\n{log}")
+            raise AssertionError(f"timed out waiting for {what}\n{_evidence(workdir, env)}")
         time.sleep(0.1)
 
 
@@ -96,7 +118,7 @@ def test_a_preempted_run_requeues_and_resumes_to_the_same_loss(tmp_path, tiny_da
     t_signal = time.time()
     subprocess.run(["scancel", "--signal=TERM", job], env=slurm, check=True)
     _wait(lambda: "(restart 1)" in (d / "run.log").read_text(), what="the requeued start",
-          workdir=d, env=slurm)
+          workdir=d, env=slurm, proc=proc)
     log = (d / "run.log").read_text()
     t_requeue = float(next(line.split()[0] for line in log.splitlines()
                            if "requeueing" in line))
@@ -104,7 +126,7 @@ def test_a_preempted_run_requeues_and_resumes_to_the_same_loss(tmp_path, tiny_da
                            if "(restart 1)" in line))
     # then the scheduler's own requeue (preemption by another job, a node failure)
     _wait(lambda: "resumed from" in (d / "run.log").read_text(), what="the resumed run",
-          workdir=d, env=slurm)
+          workdir=d, env=slurm, proc=proc)
     # seconds after the restart, often before the launcher's next poll has seen it running
     t_requeue2 = time.time()
     subprocess.run(["scontrol", "requeue", job], env=slurm, check=True)

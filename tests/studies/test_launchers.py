@@ -1,6 +1,8 @@
 """The launchers' scripts and commands, as strings (no cluster needed: tests/e2e has one)."""
+import json
 import os
 import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -26,7 +28,8 @@ def test_a_study_is_one_job_array_with_a_cap():
                  "#SBATCH --signal=TERM@300", "#SBATCH --requeue", "#SBATCH --array=0-4%3",
                  "#SBATCH --constraint=a100", "#SBATCH --exclusive", "module load cuda",
                  "  4) WORKDIR=/shared/study/runs/r4 ;;",
-                 "  scontrol requeue ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} && exit 0"]:
+                 "    scontrol requeue ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID} "
+                 "2>> \"$WORKDIR\"/run.log && exit 0"]:
         assert line in script.splitlines(), line
     srun = next(line for line in script.splitlines() if line.startswith("srun"))
     assert '--config="$WORKDIR"/job_config.py --workdir="$WORKDIR"' in srun
@@ -68,7 +71,37 @@ def test_one_run_of_n_processes_is_one_job():
     assert "#SBATCH --ntasks=4" in script and "#SBATCH --nodes=2" in script
     assert "--array" not in script and f"cd {shlex.quote(os.getcwd())}" in script
     assert "'--workdir=/w x' --config.distributed.coordinator_address=auto" in script
-    assert "  scontrol requeue $SLURM_JOB_ID && exit 0" in script
+    assert "    scontrol requeue $SLURM_JOB_ID 2>> '/w x'/run.log && exit 0" in script
+
+
+def test_a_refused_requeue_is_tried_again_then_named_in_the_log(tmp_path, monkeypatch):
+    """A controller that refuses `scontrol requeue` (busy, restarting) gets the request again;
+    one that keeps refusing leaves the stopped run's exit status (75) and a line that says
+    what to do, with scontrol's own answers in the run's log."""
+    monkeypatch.setattr(slurm, "REQUEUE_PAUSE_S", 0)
+    run = runner.make_run("r", str(tmp_path / "r"), {})
+    script = slurm.Slurm(python="python-standin").array_script([run], str(tmp_path / "o"))
+    env = {**os.environ, "SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_JOB_ID": "7",
+           "SLURM_JOB_ID": "8"}
+    for refusals, requeued in ((2, True), (slurm.REQUEUE_ATTEMPTS, False)):
+        (tmp_path / "r").mkdir(exist_ok=True)
+        fake = ("srun() { return 75; }\n"
+                "scontrol() { n=$(cat \"$WORKDIR\"/tries 2>/dev/null || echo 0); "
+                "echo $((n + 1)) > \"$WORKDIR\"/tries; "
+                f"if [ $n -lt {refusals} ]; then echo 'slurm_requeue error: busy' >&2; return 1; fi; }}\n")
+        done = subprocess.run(["bash", "-c", script.replace("set -u\n", "set -u\n" + fake)],
+                              capture_output=True, text=True, env=env)
+        log = (tmp_path / "r" / "run.log").read_text()
+        assert log.count("slurm_requeue error: busy") == refusals
+        if requeued:
+            assert done.returncode == 0 and not (tmp_path / "r" / "exit.json").exists()
+            assert (tmp_path / "r" / "tries").read_text().strip() == str(refusals + 1)
+        else:
+            assert done.returncode == 75, done.stderr
+            assert json.loads((tmp_path / "r" / "exit.json").read_text())["rc"] == 75
+            assert f"requeue of 7_0 failed {refusals} times" in log
+            assert "submit the same command again to resume" in log
+        shutil.rmtree(tmp_path / "r")
 
 
 def test_the_tpu_vm_command_starts_every_host():

@@ -35,6 +35,8 @@ from encoder.studies import records, runner
 
 LAUNCH = "launch.json"
 STOPPED = records.STOPPED
+REQUEUE_ATTEMPTS = 5   # scontrol requeue tries before a stopped run is left to its owner
+REQUEUE_PAUSE_S = 3
 
 
 class Queued(NamedTuple):
@@ -105,7 +107,15 @@ class Slurm:
             f"{cmd} >> {d}/run.log 2>&1 || rc=$?",
             f"if [ $rc -eq {STOPPED} ]; then",
             f'  echo "$(date +%s.%N) stopped by a signal: requeueing {job_ref}" >> {d}/run.log',
-            f"  scontrol requeue {job_ref} && exit 0",
+            # a busy controller can refuse or time out one request: try again before giving
+            # up, and keep its answer in the run's log (SLURM's own output file is elsewhere)
+            f"  for attempt in {' '.join(str(i) for i in range(1, REQUEUE_ATTEMPTS + 1))}; do",
+            f"    scontrol requeue {job_ref} 2>> {d}/run.log && exit 0",
+            f"    sleep {REQUEUE_PAUSE_S}",
+            "  done",
+            f'  echo "$(date +%s.%N) requeue of {job_ref} failed {REQUEUE_ATTEMPTS} times: the'
+            f' run stays stopped at its checkpoint; submit the same command again to resume"'
+            f" >> {d}/run.log",
             "fi",
             f"printf '{{\"rc\": %d, \"host\": \"%s\", \"time\": %s, \"launcher\": "
             f"\"slurm\", \"job\": \"%s\"}}' $rc \"$(hostname)\" \"$(date +%s)\" "
