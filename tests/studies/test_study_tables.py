@@ -1,0 +1,45 @@
+"""benchmarks/study_tables.py's pretrained-against-random table: a random-init suite cut
+short still gives the seeds it finished, and the arms are compared unpaired (Welch)."""
+import json
+import math
+import os
+import sys
+
+import pytest
+
+from encoder.studies import stats
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from benchmarks import study_tables  # noqa: E402
+
+
+def _write(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(value, f)
+
+
+def test_an_interrupted_random_suite_gives_its_finished_seeds(tmp_path):
+    pre = {0: 70.0, 1: 74.0, 2: 75.0}
+    for seed, score in pre.items():
+        _write(tmp_path / f"pretrained_seed{seed}" / "suite.json", {"tasks": [
+            {"task": "arg_mentions", "median": score}, {"task": "topic", "median": 90.0}]})
+    rnd = {0: 0.60, 1: 0.62}  # seed 2's fine-tuning never finished: no eval.json
+    for seed, f1 in rnd.items():
+        _write(tmp_path / "random" / "runs" / "arg_mentions" / "0.001" / str(seed) / "eval.json",
+               {"dev": {"entity_f1": f1}})
+    os.makedirs(tmp_path / "random" / "runs" / "arg_mentions" / "0.001" / "2")
+    _write(tmp_path / "random" / "embeddings" / "sts_relatedness" / "0.json",
+           {"key": {}, "metrics": {"cosine_spearman": 0.25}})
+    lines = study_tables.pays_table(str(tmp_path))
+    row = next(line for line in lines if line.startswith("| arg_mentions "))
+    expected = stats.compare({("r", k): 100 * v for k, v in rnd.items()},
+                             {("p", k): v for k, v in pre.items()})
+    d = expected.difference
+    assert not expected.paired and math.isfinite(d.low)
+    assert f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]" in row
+    assert "(3) |" in row and "(2) |" in row                 # seeds each arm contributed
+    assert d.mean == pytest.approx(sum(pre.values()) / 3 - 61.0)
+    # a task one arm never ran is said, not scored
+    assert "| topic | 3 seeds | 0 seeds | not run in both arms" in "\n".join(lines)
+    assert "| sts_relatedness | 0 seeds | 1 seeds | not run in both arms" in "\n".join(lines)
