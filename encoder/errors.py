@@ -55,6 +55,11 @@ def disk_full(folder: str, what: str) -> DiskFull:
                     "same command again")
 
 
+class Stopped(UserFacing):
+    """A stop signal arrived and the work in flight failed as it stopped: resumable (exit
+    75), like a clean stop, so a scheduler requeues it (see train.loop.stopped_instead)."""
+
+
 class NotOurs(UserFacing, ValueError):
     """An output folder this command did not write: it is never written into or deleted."""
 

@@ -76,6 +76,12 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
                 raise SystemExit(errors.STOPPED_EXIT_CODE) from None
             print("interrupted", file=sys.stderr, flush=True)
             raise SystemExit(errors.INTERRUPTED_EXIT_CODE) from None
+        except errors.Stopped as e:
+            if _verbose():
+                raise
+            print(f"{name + ': ' if name else ''}{errors.message(e)}", file=sys.stderr,
+                  flush=True)
+            raise SystemExit(errors.STOPPED_EXIT_CODE) from None
         except app.UsageError as e:
             if _verbose():
                 raise

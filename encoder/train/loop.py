@@ -25,6 +25,7 @@ import jax
 import numpy as np
 from absl import logging
 
+from encoder import errors
 from encoder.checkpoints import store
 from encoder.train import metrics_io, optimizer
 
@@ -196,6 +197,26 @@ class StopFlag:
     def __exit__(self, *exc):
         for s, handler in self.previous.items():
             signal.signal(s, handler)
+
+
+def stopped_instead(error: Exception, flag: StopFlag, mngr) -> Exception:
+    """The error to raise for one that ended the loop: itself, unless a stop signal had
+    arrived, when it is the stop's doing and the run is resumable (errors.Stopped, exit 75).
+    A scheduler's SIGTERM reaches the whole process group, so a GPU compile in flight (an
+    evaluator's program at a checkpoint step) loses its `ptxas` to it and fails with "ptxas
+    exited with non-zero error code 15": a crash would not be requeued. A full disk stays
+    a full disk (its own one line)."""
+    if not flag.set or isinstance(error, errors.UserFacing) or errors.is_disk_full(error):
+        return error
+    try:
+        last = mngr.latest_step()
+    except Exception:  # noqa: BLE001 -- the message only
+        last = None
+    where = f"the last checkpoint is step {last}" if last is not None else "no checkpoint yet"
+    return errors.Stopped(
+        f"stopped by a signal; the work in flight failed as it stopped "
+        f"({type(error).__name__}: {errors.one_line(str(error))[:200]}); {where}: run the same "
+        "command again to resume")
 
 
 class Signal:
@@ -436,6 +457,8 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
             state, why = run(trainer.step_fn, state, batches, trainer.shard, window, stops,
                              actions, end, opts.seed, budget)
             window.absorb()
+        except Exception as e:  # noqa: BLE001 -- re-raised, as itself or as the stop's
+            raise stopped_instead(e, flag, mngr) from e
         finally:
             try:
                 mngr.wait_until_finished()

@@ -182,3 +182,58 @@ def test_run_loop_writes_rows_checkpoints_and_resumes_where_it_stopped(tmp_path)
     state, last, evals, steps = attempt(8, state, Batches(5), meta)
     assert int(state.step) == 8 and evals == [8] and steps == [3, 5, 6, 8]
     assert last["train/loss"] == 7.5  # steps 7-8: the last row's mean
+
+
+def _failing_run(wd, signal_first: bool, error: Exception):
+    """run_loop whose evaluation at step 4 fails (after the step-3 checkpoint); with
+    signal_first, a stop signal arrived just before (the flag the handler sets)."""
+    import signal
+
+    def evaluate(state, step, last):
+        if signal_first:
+            signal.getsignal(signal.SIGTERM).set = True  # the StopFlag's handler state
+        raise error
+    mngr, writer = store.manager(wd, keep=10), metrics_io.MetricsWriter(wd)
+    opts = loop.LoopOptions(num_steps=8, log_every=2, checkpoint_every=3, eval_every=4)
+    try:
+        loop.run_loop(Trainer, _state(), Batches(), mngr, writer, opts, evaluate=evaluate,
+                      meta={"objective": "count"})
+    finally:
+        mngr.close()
+        writer.close()
+
+
+def test_an_error_after_a_stop_signal_is_a_resumable_stop_naming_the_checkpoint(tmp_path):
+    """A scheduler's SIGTERM reaches the whole process group: a GPU compile in flight dies
+    of it. That is the stop's doing (errors.Stopped: exit 75, requeued), not a crash."""
+    from encoder import errors
+    ptxas = RuntimeError("INTERNAL: ptxas exited with non-zero error code 15, output: ")
+    with pytest.raises(errors.Stopped) as stopped:
+        _failing_run(str(tmp_path / "signalled"), True, ptxas)
+    text = str(stopped.value)
+    assert "stopped by a signal" in text and "ptxas exited" in text
+    assert "the last checkpoint is step 3" in text and "run the same command again" in text
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    # without a signal the same error is the error (a bug or a real compile failure)
+    with pytest.raises(RuntimeError, match="ptxas exited"):
+        _failing_run(str(tmp_path / "plain"), False, ptxas)
+    # and a full disk stays a full disk, signal or not
+    full = OSError(28, "No space left on device")
+    with pytest.raises(OSError) as disk:
+        _failing_run(str(tmp_path / "full"), True, full)
+    assert not isinstance(disk.value, errors.Stopped)
+
+
+def test_a_stopped_error_exits_75_in_one_line(capsys):
+    from encoder import errors
+    from encoder.commands.one_line import one_line_errors
+
+    def main(argv):
+        raise errors.Stopped("stopped by a signal; ...; the last checkpoint is step 3: run "
+                             "the same command again to resume")
+    with pytest.raises(SystemExit) as done:
+        one_line_errors(main)([])
+    assert done.value.code == errors.STOPPED_EXIT_CODE
+    err = capsys.readouterr().err
+    assert err.strip().endswith("run the same command again to resume")
+    assert "Traceback" not in err
