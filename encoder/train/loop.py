@@ -458,7 +458,10 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
                              actions, end, opts.seed, budget)
             window.absorb()
         except Exception as e:  # noqa: BLE001 -- re-raised, as itself or as the stop's
-            raise stopped_instead(e, flag, mngr) from e
+            stop = stopped_instead(e, flag, mngr)
+            if stop is e:
+                raise
+            raise stop from e
         finally:
             try:
                 mngr.wait_until_finished()
