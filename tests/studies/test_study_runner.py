@@ -136,6 +136,36 @@ def test_an_interrupted_study_stops_its_children(tmp_path):
     assert records.read_exit(runs[1].workdir)["rc"] == 2
 
 
+def test_a_sigterm_of_the_study_waits_for_its_children_to_stop(tmp_path):
+    """SIGTERM of the study (a scheduler, `timeout`) stops the children and waits for them
+    to checkpoint before the study exits, as Ctrl-C does; it does not die at once and leave
+    them writing while the next command starts."""
+    import signal
+    marker = tmp_path / "checkpointed"
+    child = ("import signal, sys, time\n"
+             "def stop(*_):\n"
+             "    time.sleep(1.0)  # the last checkpoint being written\n"
+             f"    open({str(marker)!r}, 'w').write('done')\n"
+             "    sys.exit(75)\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             "print('re' + 'ady', flush=True)  # not the command line's words\n"
+             "time.sleep(120)\n")
+    runs = _runs(tmp_path, {"slow": child})
+    runner.prepare(runs[0], log=lambda *_: None)
+    before = signal.getsignal(signal.SIGTERM)
+
+    def log(line):  # the study is told to stop once its child runs
+        t0 = time.time()
+        while "\nready" not in open(runs[0].log).read() and time.time() - t0 < 30:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler interrupts this sleep
+    with pytest.raises(KeyboardInterrupt):
+        Scripted(parallel=1, stop_timeout=30).run(runs, lambda r: None, log=log)
+    assert marker.read_text() == "done"  # the study waited for the child's last write
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
 def test_the_launcher_table_names_its_entries():
     assert isinstance(launchers.make("local", parallel=2), local.Local)
     with pytest.raises(ValueError, match="valid names: local, slurm, tpu_vm"):

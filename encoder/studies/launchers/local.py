@@ -12,6 +12,7 @@ parent-death signal asks).
 """
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,6 +44,7 @@ class Local:
 
     def run(self, runs: list, on_exit, log=print) -> None:
         pending, active = list(runs), []
+        previous = _interrupt_on_sigterm()
         try:
             while pending or active:
                 while pending and len(active) < max(1, self.parallel):
@@ -58,7 +60,26 @@ class Local:
                     on_exit(run)
                 time.sleep(0.2)
         finally:
-            stop_children([proc for _, proc in active], self.stop_timeout)
+            try:
+                stop_children([proc for _, proc in active], self.stop_timeout)
+            finally:
+                if previous is not None:
+                    signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt_on_sigterm():
+    """SIGTERM of the study (a scheduler, `timeout`, a user's kill) interrupts it as Ctrl-C
+    does, so the children are stopped and waited for before it exits: left to Python's
+    default the study died at once, and the command after it started while its runs were
+    still writing their last checkpoints (stop 44: a suite read a run's step 4,500 as its
+    newest while step 6,000 was being saved). Returns the previous handler (None off the
+    main thread, where signals stay with the caller)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:
+        return None
 
 
 def stop_children(procs, timeout: float) -> None:
