@@ -166,8 +166,8 @@ def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):
 
 def device_peak_bytes() -> dict:
     """{"device_peak_bytes": the allocator's high-water mark} where the backend keeps one
-    (GPUs; not the CPU). On the H200 (stop 44) memory_analysis() gave ~22 GB for every
-    kernel row whatever the batch, so a GPU row carries what the allocator really held too."""
+    (GPUs; not the CPU): what the device really held, beside the compiled program's own
+    figure (compiled_memory_bytes)."""
     stats = jax.devices()[0].memory_stats() or {}
     return {"device_peak_bytes": int(stats["peak_bytes_in_use"])} \
         if "peak_bytes_in_use" in stats else {}

@@ -398,7 +398,7 @@ def step_time_estimate(chip: chips.Chip, flops_per_chip: float, hbm_bytes: float
 
 # ------------------------------------------------------------------ the report
 
-def unrolled_xla_flops(config, devices=None, job="pretrain", task=None) -> float:
+def unrolled_xla_flops(config, devices=None, job="pretrain", task=None) -> float | None:
     """XLA's FLOPs of the whole unrolled step, extrapolated from 1- and 2-layer compiles.
 
     XLA's cost analysis counts a while loop's body once, so a scanned stack's own count
@@ -412,6 +412,8 @@ def unrolled_xla_flops(config, devices=None, job="pretrain", task=None) -> float
         probe.electra.generator_layers = min(probe.electra.generator_layers, depth)
         probe.model.scan_layers = "false"
         counts.append(_xla_flops(compile_step(probe, devices, job, task)[0]))
+    if None in counts:  # a target whose compiler counts no FLOPs (GPUs, deviceless)
+        return None
     return counts[0] + (config.model.num_layers - 1) * (counts[1] - counts[0])
 
 
@@ -477,7 +479,9 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
     mem = compiled.memory_analysis()
     analytic = (flops.config_train_flops_per_step(config) / n) if job == "pretrain" else None
     xla = _xla_flops(compiled)
-    full = (unrolled_xla_flops(config, devices, job, task) if (p is not None and unrolled_flops)
+    # the 1- and 2-layer probe compiles only where the compiler counts FLOPs at all
+    full = (unrolled_xla_flops(config, devices, job, task)
+            if (p is not None and unrolled_flops and xla is not None)
             else (None if p is not None else xla))
     gpu = platform == "gpu"
     process_of = [d.process_index for d in mesh.devices.flat] if gpu else None

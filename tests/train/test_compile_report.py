@@ -100,3 +100,21 @@ def test_a_lora_finetuning_step_compiles_as_the_job_trains_it():
     assert frozen["optimizer_bytes"] < lora["optimizer_bytes"]
     # LoRA addresses each layer's matrices: the step runs the stack unscanned (as the job)
     assert lora["scan_layers"] == "false" and full["scan_layers"] == "true"
+
+
+def test_a_target_that_counts_no_flops_gives_none_not_a_traceback(monkeypatch):
+    """GPU compilers (deviceless) report no FLOPs: the scanned stack's 1- and 2-layer probe
+    compiles then have nothing to extrapolate, and the report says None (it raised a
+    TypeError on `bench --mode=compile --config=experiments/bert_base.py --topology=h200:1`)."""
+    compiled = []
+    monkeypatch.setattr(compile_report, "compile_step",
+                        lambda probe, *a, **k: compiled.append(probe.model.num_layers) or ("c",))
+    monkeypatch.setattr(compile_report, "_xla_flops", lambda c: None)
+    assert compile_report.unrolled_xla_flops(_config("true")) is None
+    assert compiled == [1, 2]
+    # 1 layer counts 10, 2 layers 16: each layer 6
+    monkeypatch.setattr(compile_report, "_xla_flops", lambda c: 10.0 + 6.0 * (len(compiled) - 1))
+    compiled.clear()
+    cfg = _config("true")
+    cfg.model.num_layers = 12
+    assert compile_report.unrolled_xla_flops(cfg) == 10.0 + 11 * 6.0  # count(1) + 11 x per layer
