@@ -112,7 +112,15 @@ def main():
     ap.add_argument("--plot", default="")
     ap.add_argument("--points", type=int, default=4)
     args = ap.parse_args()
-    ablation = os.path.join(args.study, "mlm_rtd")
+    # the study folder of device_study.sh, or an MLM/RTD ablation folder itself
+    ablation = args.study if os.path.isdir(os.path.join(args.study, "runs")) \
+        else os.path.join(args.study, "mlm_rtd")
+    pays = os.path.join(args.study, "pays")
+    if not glob.glob(os.path.join(ablation, "runs", "objective=*__seed*")) \
+            and not os.path.isdir(pays):
+        raise SystemExit(f"error: {args.study} holds neither an MLM/RTD ablation (runs/"
+                         "objective=*__seed*, or mlm_rtd/ with them) nor pays/: give the folder "
+                         "benchmarks/device_study.sh wrote (its STUDY)")
     if os.path.isdir(ablation):
         curve = study_curves(ablation)
         metrics = [m for m in CURVE_METRICS + ["eval/mlm_accuracy"]
@@ -122,7 +130,6 @@ def main():
         print("\n".join(per_checkpoint(curve, metrics)) + "\n")
         if args.plot:
             curves.plot(curve, metrics, args.plot)
-    pays = os.path.join(args.study, "pays")
     if os.path.isdir(pays):
         print("## Pretrained against random initialisation\n")
         print("\n".join(pays_table(pays)))

@@ -43,3 +43,10 @@ def test_an_interrupted_random_suite_gives_its_finished_seeds(tmp_path):
     # a task one arm never ran is said, not scored
     assert "| topic | 3 seeds | 0 seeds | not run in both arms" in "\n".join(lines)
     assert "| sts_relatedness | 0 seeds | 1 seeds | not run in both arms" in "\n".join(lines)
+
+
+def test_a_folder_with_no_study_is_named(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["study_tables.py", str(tmp_path)])
+    with pytest.raises(SystemExit) as done:
+        study_tables.main()
+    assert str(done.value).startswith(f"error: {tmp_path} holds neither an MLM/RTD ablation")
