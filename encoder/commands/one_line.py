@@ -62,12 +62,16 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
     @functools.wraps(main)
     def wrapped(argv):
         from absl import app
+
+        from encoder import tether
         ctrl_c_interrupts()
+        tether.sigterm_interrupts()  # SIGTERM takes the Ctrl-C path (exit 75 where resumable)
         if not _verbose():
             _quiet_library_errors()
         try:
             return main(argv)
         except KeyboardInterrupt:
+            tether.interrupt_seen()
             if _verbose():
                 raise
             if resumable() if callable(resumable) else resumable:

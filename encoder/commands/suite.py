@@ -17,7 +17,6 @@ for the retrieval tasks) on the same data into the same files (encoder/studies/s
 """
 import os
 import shutil
-import signal
 
 from absl import app, flags, logging
 
@@ -71,10 +70,6 @@ FLAGS = flags.FLAGS
 REBUILT = {".encoder-output.json", "LOCK", "tasks", "data"}
 
 
-def _stop_on_sigterm(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _watch(opts) -> None:
     """--watch: the suite on each checkpoint of a run, once, into a folder of its own."""
     from encoder.studies import watch
@@ -98,9 +93,8 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     tether.hold()  # started by encoder.ablate: SIGTERM when the ablation dies
-    # SIGTERM as Ctrl-C: Python's default SIGTERM exit skips runs.execute's `finally`,
-    # which orphaned the running fine-tuning children (they kept training unsupervised).
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    # (SIGTERM takes the Ctrl-C path in every command, one_line_errors: Python's default
+    # SIGTERM exit skipped runs.execute's `finally` and orphaned the fine-tuning children.)
     from encoder.tasks.readers import TaskDataError
     from encoder.studies.suite import battery
     f = FLAGS

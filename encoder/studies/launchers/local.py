@@ -44,7 +44,7 @@ class Local:
 
     def run(self, runs: list, on_exit, log=print) -> None:
         pending, active = list(runs), []
-        previous = _interrupt_on_sigterm()
+        previous = tether.sigterm_interrupts()  # a SIGTERM stops and waits, as Ctrl-C
         try:
             while pending or active:
                 while pending and len(active) < max(1, self.parallel):
@@ -59,27 +59,15 @@ class Local:
                     records.write_exit(run.workdir, rc, launcher="local")
                     on_exit(run)
                 time.sleep(0.2)
+        except KeyboardInterrupt:
+            tether.interrupt_seen()  # stopping: a second SIGTERM must not cut the wait short
+            raise
         finally:
             try:
                 stop_children([proc for _, proc in active], self.stop_timeout)
             finally:
                 if previous is not None:
                     signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt_on_sigterm():
-    """SIGTERM of the study (a scheduler, `timeout`, a user's kill) interrupts it as Ctrl-C
-    does, so the children are stopped and waited for before it exits: left to Python's
-    default the study died at once, and the command after it started while its runs were
-    still writing their last checkpoints (stop 44: a suite read a run's step 4,500 as its
-    newest while step 6,000 was being saved). Returns the previous handler (None off the
-    main thread, where signals stay with the caller)."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:
-        return None
 
 
 def stop_children(procs, timeout: float) -> None:

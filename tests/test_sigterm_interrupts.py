@@ -1,0 +1,71 @@
+"""encoder/tether.py's SIGTERM-as-Ctrl-C: every command's stop path runs on a SIGTERM, an
+interrupt Python dropped (raised inside a callback from C) is sent again, and once a
+command is stopping a second SIGTERM does not cut its stop short."""
+import os
+import signal
+import time
+
+import pytest
+
+from encoder import tether
+
+
+def _sigterm():
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.fixture
+def installed():
+    previous = tether.sigterm_interrupts()
+    try:
+        yield
+    finally:
+        tether.interrupt_seen()  # no re-send outlives the test
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _sleep_until_interrupted(seconds: float, first=lambda: None) -> bool:
+    """Runs first() (a signal to ourselves lands at once), then waits: interrupted or not."""
+    try:
+        first()
+        t0 = time.time()
+        while time.time() - t0 < seconds:
+            time.sleep(0.02)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def test_a_sigterm_interrupts_as_ctrl_c(installed):
+    assert _sleep_until_interrupted(5, _sigterm)
+    tether.interrupt_seen()
+
+
+def test_a_dropped_interrupt_is_sent_again_until_seen(installed, monkeypatch):
+    monkeypatch.setattr(tether, "REDELIVER_S", 0.2)
+    def dropped():  # what Python does to an exception raised in a gc callback: drops it
+        try:
+            tether._interrupt(signal.SIGTERM, None)
+        except KeyboardInterrupt:
+            pass
+    assert _sleep_until_interrupted(5, dropped)  # the re-sent signal reaches the main code
+    tether.interrupt_seen()
+    assert not _sleep_until_interrupted(0.6)  # seen: no further re-send
+
+
+def test_once_stopping_a_second_sigterm_is_not_raised(installed):
+    tether.interrupt_seen()
+    assert not _sleep_until_interrupted(0.5, _sigterm)
+
+
+def test_the_dropped_interrupt_is_not_printed_but_other_unraisables_are(installed,
+                                                                        monkeypatch):
+    import sys
+    import types
+    seen = []
+    monkeypatch.setattr(tether, "_HOOKS", [seen.append])  # the hook it replaced
+    ours = types.SimpleNamespace(exc_value=KeyboardInterrupt("signal 15"))
+    other = types.SimpleNamespace(exc_value=ValueError("a real one"))
+    sys.unraisablehook(ours)
+    sys.unraisablehook(other)
+    assert seen == [other]
