@@ -17,6 +17,7 @@ import glob
 import json
 import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,13 +29,24 @@ SUITE_TASKS = {"topic": "accuracy", "arg_mentions": "entity_f1",
                "sts_relatedness": "cosine_spearman", "api_retrieval": "ndcg_at_10"}
 
 
+RUN = re.compile(r"^(?P<variant>.+)__seed(?P<seed>\d+)$")  # not the .stale-* runs moved aside
+
+
 def study_curves(root: str) -> dict:
-    """{variant: {seed: points}} of the ablation under root."""
+    """{variant: {seed: points}} of the ablation under root: the runs ablate names
+    VARIANT__seedN, each from its resolved config; a run that has not written one yet
+    (a study stopped at its start) is left out and named."""
     out: dict = {}
     for run in sorted(glob.glob(os.path.join(root, "runs", "*__seed*"))):
-        variant, _, seed = os.path.basename(run).rpartition("__seed")
+        m = RUN.match(os.path.basename(run))
+        if m is None:
+            continue
+        if not os.path.exists(os.path.join(run, "config.json")):
+            print(f"(left out: {run} has no config.json yet: it never started)",
+                  file=sys.stderr)
+            continue
         tokens, fps = watch.per_step(run)
-        out.setdefault(variant, {})[int(seed)] = curves.run_points(run, fps, tokens)
+        out.setdefault(m["variant"], {})[int(m["seed"])] = curves.run_points(run, fps, tokens)
     return out
 
 
@@ -112,6 +124,16 @@ def main():
     ap.add_argument("--plot", default="")
     ap.add_argument("--points", type=int, default=4)
     args = ap.parse_args()
+    if not os.path.exists(args.study):
+        raise SystemExit(f"error: {args.study} does not exist")
+    if not os.path.isdir(args.study):
+        raise SystemExit(f"error: {args.study} is a file: give the study's folder")
+    if args.plot:
+        folder = os.path.dirname(os.path.abspath(args.plot))
+        if os.path.isdir(args.plot) or not args.plot.endswith(".png"):
+            raise SystemExit(f"error: --plot={args.plot}: give a .png file's path")
+        if not os.path.isdir(folder):
+            raise SystemExit(f"error: --plot={args.plot}: no folder {folder}")
     # the study folder of device_study.sh, or an MLM/RTD ablation folder itself
     ablation = args.study if os.path.isdir(os.path.join(args.study, "runs")) \
         else os.path.join(args.study, "mlm_rtd")
@@ -123,10 +145,16 @@ def main():
                          "benchmarks/device_study.sh wrote (its STUDY)")
     if os.path.isdir(ablation):
         curve = study_curves(ablation)
+        if not curve:
+            raise SystemExit(f"error: {ablation}: none of its runs has started (no "
+                             "config.json); start the study, then read its tables")
         metrics = [m for m in CURVE_METRICS + ["eval/mlm_accuracy"]
                    if any(m in p for s in curve.values() for ps in s.values() for p in ps)]
         print("## MLM against RTD\n")
         print(curves.markdown(curve, metrics, "objective=mlm", "objective=rtd", args.points))
+        if "eval/mlm_accuracy" in metrics:
+            print("(eval/mlm_accuracy of an RTD run is its generator's, a smaller model: a "
+                  "description, not a like-for-like comparison)\n")
         print("\n".join(per_checkpoint(curve, metrics)) + "\n")
         if args.plot:
             curves.plot(curve, metrics, args.plot)

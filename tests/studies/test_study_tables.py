@@ -50,3 +50,25 @@ def test_a_folder_with_no_study_is_named(tmp_path, monkeypatch):
     with pytest.raises(SystemExit) as done:
         study_tables.main()
     assert str(done.value).startswith(f"error: {tmp_path} holds neither an MLM/RTD ablation")
+
+
+def test_runs_moved_aside_or_never_started_are_left_out_and_bad_paths_named(tmp_path,
+                                                                             monkeypatch,
+                                                                             capsys):
+    runs = tmp_path / "runs"
+    (runs / "objective=mlm__seed0.stale-20261204-180944").mkdir(parents=True)  # ablate's
+    (runs / "objective=mlm__seed0").mkdir()                                   # not started
+    assert study_tables.study_curves(str(tmp_path)) == {}
+    assert "objective=mlm__seed0 has no config.json yet" in capsys.readouterr().err
+
+    def refused(*argv):
+        monkeypatch.setattr(sys, "argv", ["study_tables.py", *argv])
+        with pytest.raises(SystemExit) as done:
+            study_tables.main()
+        return str(done.value)
+    assert refused(str(tmp_path / "nope")) == f"error: {tmp_path / 'nope'} does not exist"
+    (tmp_path / "f").write_text("")
+    assert "is a file" in refused(str(tmp_path / "f"))
+    assert "none of its runs has started" in refused(str(tmp_path))
+    assert "no folder" in refused(str(tmp_path), f"--plot={tmp_path}/nodir/x.png")
+    assert "give a .png file's path" in refused(str(tmp_path), f"--plot={tmp_path}")
