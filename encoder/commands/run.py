@@ -12,6 +12,7 @@ return at once); --launcher=tpu_vm --tpu=NAME --zone=Z starts it on every host o
 TPU VM slice (encoder/studies/launchers/).
 """
 import json
+import signal
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -101,6 +102,9 @@ def _run(argv):
         init_distributed(config.distributed)
     result = job(config, FLAGS.workdir)
     if result.get("stopped"):  # stopped by SIGTERM/Ctrl-C: not a finished run (exit 75)
+        # decided: a second SIGTERM (a scheduler's and a user's) must not turn the exit into
+        # 143 on the way out, which a SLURM job would not requeue
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "
               "again to resume", flush=True)
         raise SystemExit(errors.STOPPED_EXIT_CODE)
