@@ -348,7 +348,7 @@ def execute(runs: list, launcher) -> bool:
     False when the launcher returned before its runs ended (--detach, --dry_run)."""
     _, failures = runner.execute(runs, launcher)
     if failures:
-        raise RuntimeError(runner.report_failures(failures))
+        raise runner.failures_error(failures)
     return not launcher.detached
 
 

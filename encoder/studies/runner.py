@@ -26,6 +26,7 @@ import os
 import sys
 import time
 
+from encoder import errors
 from encoder.studies import jobconfig, records
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -57,6 +58,7 @@ class Run:
 class Failure:
     run: Run
     reason: str
+    stopped: bool = False  # stopped by a signal at a checkpoint: resumable, not broken
 
     def __str__(self) -> str:
         return f"{self.run.name}: {self.reason}; log: {self.run.log}"
@@ -107,7 +109,7 @@ def outcome(run: Run) -> Failure | None:
         return None
     if st.state in ("new", "running"):
         return Failure(run, "ended without an exit record (killed, or its job never started)")
-    return Failure(run, st.detail or st.state)
+    return Failure(run, st.detail or st.state, stopped=st.state == "stopped")
 
 
 def execute(runs: list, launcher, log=print) -> tuple[list, list]:
@@ -130,3 +132,14 @@ def execute(runs: list, launcher, log=print) -> tuple[list, list]:
 
 def report_failures(failures: list, what: str = "run(s)") -> str:
     return f"{len(failures)} {what} failed:\n" + "\n".join(f"  {f}" for f in failures)
+
+
+def failures_error(failures: list, what: str = "run(s)") -> Exception:
+    """What a study raises for runs that did not finish: when every one was stopped by a
+    signal at a checkpoint (a user's or a scheduler's kill of the run alone), a resumable
+    stop (exit 75: the same command resumes them); else the failures (exit 1)."""
+    if all(f.stopped for f in failures):
+        return errors.Stopped(
+            f"{len(failures)} {what} stopped by a signal before finishing (checkpointed): run "
+            "the same command again to resume:\n" + "\n".join(f"  {f}" for f in failures))
+    return RuntimeError(report_failures(failures, what))

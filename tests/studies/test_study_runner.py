@@ -170,3 +170,15 @@ def test_the_launcher_table_names_its_entries():
     assert isinstance(launchers.make("local", parallel=2), local.Local)
     with pytest.raises(ValueError, match="valid names: local, slurm, tpu_vm"):
         launchers.make("kubernetes")
+
+
+def test_runs_stopped_by_a_signal_are_a_resumable_stop_not_a_failure(tmp_path):
+    from encoder import errors
+    a, b = _runs(tmp_path, {"a": "", "b": ""})
+    stopped = runner.Failure(a, "stopped by a signal (checkpointed)", stopped=True)
+    broken = runner.Failure(b, "exit 3")
+    e = runner.failures_error([stopped])
+    assert isinstance(e, errors.Stopped) and "run the same command again to resume" in str(e)
+    assert "a: stopped by a signal" in str(e)
+    e = runner.failures_error([stopped, broken])  # one broken run: the study failed
+    assert isinstance(e, RuntimeError) and str(e).startswith("2 run(s) failed")
