@@ -93,3 +93,11 @@ def test_an_sts_embedding_task_with_constant_scores_is_refused(tmp_path, no_mode
     with pytest.raises(TaskDataError, match=r"^task pairs: every test score in "
                                             r".*pairs/test\.jsonl is 2 \(8 rows\).*NaN"):
         battery.run_suite(suite(tmp_path, tmp_path / "tasks"))
+
+
+def test_a_source_that_is_not_there_is_named_before_any_task_is_built(tmp_path):
+    """(hostile pass 44, #19: the embedded suite was built into --workdir first.)"""
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        battery.run_suite(battery.SuiteOptions(init_from=str(tmp_path / "nope"),
+                                               workdir=str(tmp_path / "out"), preset="runlocal"))
+    assert not (tmp_path / "out").exists()

@@ -132,10 +132,10 @@ def run_suite(opts: SuiteOptions) -> dict:
     from encoder.model import models
     t0, root = time.time(), os.path.abspath(opts.workdir)
     _check(opts, root)
+    src = sources.load(opts.init_from)  # a wrong source is named before any task is built
     os.makedirs(root, exist_ok=True)
     tasks_dir, tasks = data.find_tasks(opts, root)
     retrieval_notes = data.check_retrieval_tasks(tasks)
-    src = sources.load(opts.init_from)
     preset = options.resolve_preset(opts, src.model_cfg.hidden_size)
     models.validate_pooling(preset["pooling"])  # a typo fails here, not in every child
     models.validate_pooling(opts.embedding_pooling)
