@@ -54,7 +54,17 @@ def launch(name: str, argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     # the launchers resubmit sys.argv[1:]; the program name says which command it was
     sys.argv = [f"encoder {name}"] + argv[1:]
-    module = importlib.import_module(f"encoder.commands.{name}")
+    # SIGTERM takes the Ctrl-C path from here on, through the heavy imports too (a
+    # scheduler's signal a second after the start ended the process silently, exit 143)
+    from encoder import errors, tether
+    tether.sigterm_interrupts()
+    try:
+        module = importlib.import_module(f"encoder.commands.{name}")
+    except KeyboardInterrupt:
+        tether.interrupt_seen()
+        print("interrupted before it started; run the same command again", file=sys.stderr,
+              flush=True)
+        raise SystemExit(errors.INTERRUPTED_EXIT_CODE) from None
     _help_names(module)
     app.run(_kernel_named(module.main, name), argv=sys.argv, flags_parser=parse_flags)
 

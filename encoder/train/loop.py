@@ -172,9 +172,10 @@ class StopFlag:
         if self.set and signum == signal.SIGINT:
             raise KeyboardInterrupt  # a second Ctrl-C: exit now
         self.set = True  # first: nothing below may stop the flag from being set
+        hint = " (Ctrl-C again to exit at once)" if signum == signal.SIGINT else ""
         try:  # os.write: a signal landing mid-print must not re-enter the stdout buffer
             os.write(2, f"received signal {signum}: checkpointing at the next step, then "
-                        "stopping (Ctrl-C again to exit at once)\n".encode())
+                        f"stopping{hint}\n".encode())
         except OSError:
             pass
 
@@ -473,7 +474,6 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
                "(checkpoint saved)")
     signalled = stops[-1].seen
     if signalled:
-        logging.warning("stopped by signal at step %d (checkpoint saved)", step)
         report(f"stopped by signal at step {step}; checkpoint saved in {writer.workdir}")
     history["stopped"] = signalled and step < opts.num_steps
     history["signalled"] = signalled  # a run in phases stops even when a phase's end was hit
