@@ -112,7 +112,11 @@ def parse_flags(argv: list[str]) -> list[str]:
         missing = missing_config_file(argv)
         if missing:
             raise SystemExit(f"error: {missing}") from None
-        raise SystemExit(f"error: {errors.one_line(str(e))} (--helpshort lists the flags)") from None
+        text = errors.one_line(str(e))
+        ours = "encoder.errors.UsageError: "  # an experiment's own refusal, wrapped by the
+        if ours in text:                      # config loader: its words alone
+            raise SystemExit(f"error: {text.split(ours, 1)[1]}") from None
+        raise SystemExit(f"error: {text} (--helpshort lists the flags)") from None
     except (AttributeError, KeyError, TypeError, ValueError) as e:  # a --config.x override
         if "--verbosity=1" in argv or "-v=1" in argv:
             raise

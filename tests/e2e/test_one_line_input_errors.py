@@ -167,3 +167,13 @@ def test_a_file_for_a_folder_and_a_finetune_config_for_bench_say_what_to_give(tm
                             "--config=experiments/finetune.py:task=classification,runlocal")
     one_line(rc, err, "a finetune experiment; --mode=step reads pretraining experiments",
              "--mode=compile --job=finetune")
+
+
+def test_an_experiment_option_refused_by_the_experiment_is_its_own_line(tmp_path):
+    """(hostile pass 44, #33: it read `flag --config=...: Error whilst parsing config file:
+    encoder.errors.UsageError: evals='nosuch': ...`.)"""
+    rc, out, err = run_module("encoder.main",
+                              "--config=experiments/pretrain.py:runlocal,evals=nosuch",
+                              f"--workdir={tmp_path / 'w'}")
+    one_line(rc, err, "evals='nosuch': the embedded suite has topic")
+    assert "Error whilst parsing" not in err and "UsageError" not in err
