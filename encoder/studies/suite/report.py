@@ -196,7 +196,7 @@ def markdown(summaries: list, avg: dict, header: dict, failures: list, missing: 
         ["task", "type", "score = mean of", "median", "sd", "min-max", "seeds", "lr",
          "per metric (median)"],
         [[s["task"], s["type"], " + ".join(s["score_metrics"]), f"{s['median']:.2f}",
-          f"{s['sd']:.2f}", f"{s['min']:.1f}-{s['max']:.1f}", s["seeds"],
+          f"{s['sd']:.2f}", f"{s['min']:.1f} to {s['max']:.1f}", s["seeds"],
           "-" if s["lr"] is None else f"{s['lr']:g}",
           ", ".join(f"{k} {v:.1f}" for k, v in s["metrics"].items())] for s in summaries])
     for name in ("average", "glue", "finetune", "embedding"):
