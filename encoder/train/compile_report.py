@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from encoder import errors
 from encoder.model import attention, scan
 from encoder.objectives import pretraining
 from encoder.train import chips, finetune_step, flops, optimizer, partitioning, targets
@@ -453,6 +454,12 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
         finetune_config(config, finetune), config.model)  # as the fine-tuning step runs it
     p = scan.plan(model_cfg)
     mesh_shape = partitioning.make_mesh(config.mesh, devices).shape
+    split = mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1)  # the batch's axes
+    if config.train.batch_size % split:
+        raise errors.UsageError(
+            f"--batch_size={config.train.batch_size} does not split over the {split} devices "
+            f"of the batch axes ({dict(mesh_shape)}{', ' + topology if topology else ''}): "
+            f"give a multiple of {split}")
     row = {"benchmark": "compile", "job": job, "task": task if job == "finetune" else None,
            "finetune": dict(finetune or {}) if job == "finetune" else None,
            "size": config.model.size, "objective": config.objective,

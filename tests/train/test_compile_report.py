@@ -118,3 +118,13 @@ def test_a_target_that_counts_no_flops_gives_none_not_a_traceback(monkeypatch):
     cfg = _config("true")
     cfg.model.num_layers = 12
     assert compile_report.unrolled_xla_flops(cfg) == 10.0 + 11 * 6.0  # count(1) + 11 x per layer
+
+
+def test_a_batch_that_does_not_split_over_the_devices_is_one_line():
+    """(hostile pass 44, #50: it surfaced as jax's NamedSharding message.)"""
+    from encoder import errors
+    cfg = _config("false", mesh=(8, 1))
+    cfg.train.batch_size = 12
+    with pytest.raises(errors.UsageError, match=r"--batch_size=12 does not split over the 8 "
+                                                r"devices .* give a multiple of 8"):
+        compile_report.compile_report(cfg, devices=jax.devices()[:8])
