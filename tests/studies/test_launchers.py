@@ -153,6 +153,7 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
 
     monkeypatch.setattr(slurm.Slurm, "queued", queued)
     monkeypatch.setattr(slurm.Slurm, "submit", submit)
+    monkeypatch.setattr(slurm, "RELEASE_GRACE_S", 0.0)  # its own test below
     monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: updates.append(cmd) or
                         slurm.subprocess.CompletedProcess(cmd, 0))
     lines = []
@@ -165,3 +166,24 @@ def test_a_restarted_study_waits_for_runs_still_queued(tmp_path, monkeypatch):
     # each requeued task made eligible at once, once per restart; none before its first start
     assert sorted(updates) == [["scontrol", "update", "JobId=41_1", "StartTime=now"],
                                ["scontrol", "update", "JobId=42_0", "StartTime=now"]]
+
+
+def test_a_requeued_job_is_released_only_after_its_grace(monkeypatch):
+    """Released in the second of its requeue, slurmd kills the job ("Job credential
+    revoked") and it ends FAILED; so a requeued task is made eligible RELEASE_GRACE_S after
+    it is first seen pending, once per restart."""
+    now = [100.0]
+    updates = []
+    monkeypatch.setattr(slurm, "clock", lambda: now[0])
+    monkeypatch.setattr(slurm.subprocess, "run", lambda cmd, **kw: updates.append(cmd[2]) or
+                        slurm.subprocess.CompletedProcess(cmd, 0))
+    s, released, Q = slurm.Slurm(), {}, slurm.Queued
+    for t, state, restarts in ((100.0, "PENDING", 1), (105.0, "PENDING", 1),
+                               (110.0, "PENDING", 1), (112.0, "PENDING", 1),
+                               (130.0, "RUNNING", 1), (131.0, "PENDING", 2),
+                               (140.9, "PENDING", 2), (141.0, "PENDING", 2)):
+        now[0] = t
+        s.release_requeued("7", {"": Q(state, restarts)}, released)
+        if t == 105.0:
+            assert updates == []  # seen pending 5 s ago: not yet
+    assert updates == ["JobId=7", "JobId=7"]  # at 110 (restart 1) and 141 (restart 2)

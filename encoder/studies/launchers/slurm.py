@@ -37,6 +37,8 @@ LAUNCH = "launch.json"
 STOPPED = records.STOPPED
 REQUEUE_ATTEMPTS = 5   # scontrol requeue tries before a stopped run is left to its owner
 REQUEUE_PAUSE_S = 3
+RELEASE_GRACE_S = 10.0  # a requeued job is made eligible this long after it is seen pending
+clock = time.monotonic
 
 
 class Queued(NamedTuple):
@@ -249,14 +251,25 @@ class Slurm:
         """A pending task that has restarted (RestartCnt > 0) was requeued: SLURM holds a
         requeued job for two minutes (its EligibleTime is the requeue + 121 s in 22.05);
         make it eligible now, once per restart, so a preempted run resumes as soon as a
-        node is free. released: {job ref: the restart count released}, kept across polls.
-        (Read from the restart count, not from a RUNNING -> PENDING transition seen between
-        two polls: a job requeued seconds after it started is missed that way.)"""
+        node is free. released: {job ref: the restart count released, and (ref, restarts):
+        when that restart was first seen pending}, kept across polls. (Read from the
+        restart count, not from a RUNNING -> PENDING transition seen between two polls: a
+        job requeued seconds after it started is missed that way.)
+
+        Not at once, though: RELEASE_GRACE_S after it is first seen pending. A job made
+        eligible in the second its requeue revoked the old instance's credential (the old
+        batch script still exiting) is started and killed at once by slurmd, "Killing
+        non-startable batch JobId=2: Job credential revoked", and ends FAILED: stop 42's CI
+        failure, seen in slurmctld.log at stop 44."""
+        now = clock()
         for index, task in tasks.items():
             ref = f"{job}_{index}" if index else job
             if task.state != "PENDING" or not task.restarts:
                 continue
             if released.get(ref) == task.restarts:
+                continue
+            first = released.setdefault((ref, task.restarts), now)
+            if now - first < RELEASE_GRACE_S:
                 continue
             out = subprocess.run(["scontrol", "update", f"JobId={ref}", "StartTime=now"],
                                  capture_output=True, env=self._env(), timeout=60)
