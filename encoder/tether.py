@@ -84,50 +84,47 @@ def _stop() -> None:
 
 REDELIVER_S = 1.0
 _SEEN = threading.Event()  # a command caught the interrupt a SIGTERM raised
+_HOOK: list = []           # the unraisable hook ours replaced (one, the latest)
 
 
 def sigterm_interrupts():
     """SIGTERM raises KeyboardInterrupt in the main thread, as Ctrl-C does, so a command's
     stop path (its `finally`, its children stopped and waited for, its one-line exit 75)
     runs instead of Python's instant default exit. Returns the previous handler (None off
-    the main thread, where signals stay with the caller).
+    the main thread, where signals stay with the caller): restore it when done.
 
     An exception raised while Python runs a callback from C (JAX's garbage-collection
-    hook) is printed as "Exception ignored" and dropped, so until the command says it
-    caught the interrupt (interrupt_seen()), the signal is sent again a second later. Once
-    caught, further SIGTERMs are noted and not raised: a stop under way (children writing
-    their last checkpoints) is not cut short by a second one (`timeout`, a scheduler and a
-    user can each send one)."""
+    hook) is dropped, through sys.unraisablehook ("Exception ignored in ..."): ours is
+    recognised there, kept quiet, and the signal sent again a second later, until the
+    command has caught it (interrupt_seen()). Once caught, further SIGTERMs are noted and
+    not raised: a stop under way (children writing their last checkpoints) is not cut
+    short by a second one (`timeout`, a scheduler and a user can each send one)."""
     try:
         previous = signal.signal(signal.SIGTERM, _interrupt)
     except ValueError:
         return None
     _SEEN.clear()  # a new stretch of work: the next SIGTERM interrupts it
-    if sys.unraisablehook is not _quiet_dropped:
-        _HOOKS.append(sys.unraisablehook)
-        sys.unraisablehook = _quiet_dropped
+    if sys.unraisablehook is not _dropped:
+        _HOOK[:] = [sys.unraisablehook]
+        sys.unraisablehook = _dropped
     return previous
 
 
-_HOOKS: list = []  # the unraisable hook replaced
+def _interrupt(signum, frame):
+    if not _SEEN.is_set():
+        raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _quiet_dropped(unraisable) -> None:
-    """Python prints an interrupt it dropped ("Exception ignored in ... _xla_gc_callback",
-    a traceback): ours is sent again, so that print is noise; anything else is shown."""
+def _dropped(unraisable) -> None:
+    """Our interrupt, dropped by Python: sent again (quietly); anything else is shown by
+    the hook ours replaced."""
     if isinstance(unraisable.exc_value, KeyboardInterrupt) and \
             str(unraisable.exc_value).startswith("signal "):
+        timer = threading.Timer(REDELIVER_S, _redeliver)
+        timer.daemon = True
+        timer.start()
         return
-    (_HOOKS[0] if _HOOKS else sys.__unraisablehook__)(unraisable)
-
-
-def _interrupt(signum, frame):
-    if _SEEN.is_set():
-        return
-    timer = threading.Timer(REDELIVER_S, _redeliver)
-    timer.daemon = True
-    timer.start()
-    raise KeyboardInterrupt(f"signal {signum}")
+    (_HOOK[0] if _HOOK else sys.__unraisablehook__)(unraisable)
 
 
 def _redeliver() -> None:

@@ -56,17 +56,19 @@ def launch(name: str, argv: list[str] | None = None) -> None:
     sys.argv = [f"encoder {name}"] + argv[1:]
     # SIGTERM takes the Ctrl-C path from here on, through the heavy imports too (a
     # scheduler's signal a second after the start ended the process silently, exit 143)
+    # (the command's main handles its own; what reaches here came before it: nothing was
+    # written, so the same command again is right, and 75 is what a scheduler requeues)
     from encoder import errors, tether
     tether.sigterm_interrupts()
     try:
         module = importlib.import_module(f"encoder.commands.{name}")
+        _help_names(module)
+        app.run(_kernel_named(module.main, name), argv=sys.argv, flags_parser=parse_flags)
     except KeyboardInterrupt:
         tether.interrupt_seen()
         print("interrupted before it started; run the same command again", file=sys.stderr,
               flush=True)
-        raise SystemExit(errors.INTERRUPTED_EXIT_CODE) from None
-    _help_names(module)
-    app.run(_kernel_named(module.main, name), argv=sys.argv, flags_parser=parse_flags)
+        raise SystemExit(errors.STOPPED_EXIT_CODE) from None
 
 
 def _kernel_named(main, name: str):

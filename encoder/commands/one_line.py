@@ -6,9 +6,10 @@ encoder/errors.py.
 """
 import functools
 import os
+import signal
 import sys
 
-from encoder import errors
+from encoder import errors, tether
 
 
 def _verbose() -> bool:
@@ -61,13 +62,18 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
 
     @functools.wraps(main)
     def wrapped(argv):
-        from absl import app
-
-        from encoder import tether
         ctrl_c_interrupts()
-        tether.sigterm_interrupts()  # SIGTERM takes the Ctrl-C path (exit 75 where resumable)
+        previous = tether.sigterm_interrupts()  # SIGTERM: the Ctrl-C path (75 if resumable)
         if not _verbose():
             _quiet_library_errors()
+        try:
+            return _main(argv)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+    def _main(argv):
+        from absl import app
         try:
             return main(argv)
         except KeyboardInterrupt:

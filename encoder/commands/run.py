@@ -103,7 +103,9 @@ def _run(argv):
     result = job(config, FLAGS.workdir)
     if result.get("stopped"):  # stopped by SIGTERM/Ctrl-C: not a finished run (exit 75)
         # decided: a second SIGTERM (a scheduler's and a user's) must not turn the exit into
-        # 143 on the way out, which a SLURM job would not requeue
+        # 143 on the way out, which a SLURM job would not requeue. SIG_IGN, not the
+        # interrupt handler told it was seen: Python resets the handlers it installed to
+        # the default while it finalizes, and a SIGTERM then still ended the process (143)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "
               "again to resume", flush=True)

@@ -138,7 +138,7 @@ def failures_error(failures: list, what: str = "run(s)") -> Exception:
     """What a study raises for runs that did not finish: when every one was stopped by a
     signal at a checkpoint (a user's or a scheduler's kill of the run alone), a resumable
     stop (exit 75: the same command resumes them); else the failures (exit 1)."""
-    if all(f.stopped for f in failures):
+    if failures and all(f.stopped for f in failures):
         return errors.Stopped(
             f"{len(failures)} {what} stopped by a signal before finishing (checkpointed): run "
             "the same command again to resume:\n" + "\n".join(f"  {f}" for f in failures))
