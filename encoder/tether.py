@@ -22,6 +22,7 @@ for them (encoder/studies/launchers/local.py, the study's main thread), which ou
 them. The variable is removed from the child's environment once read, so what the child
 starts in turn is tied to it only through child_env() (as encoder.suite's jobs are).
 """
+import contextlib
 import ctypes
 import os
 import signal
@@ -108,6 +109,17 @@ def sigterm_interrupts():
         _HOOK[:] = [sys.unraisablehook]
         sys.unraisablehook = _dropped
     return previous
+
+
+@contextlib.contextmanager
+def sigterm_interrupting():
+    """sigterm_interrupts() for a block: the handler found is put back after it."""
+    previous = sigterm_interrupts()
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupt(signum, frame):

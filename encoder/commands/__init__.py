@@ -54,10 +54,10 @@ def launch(name: str, argv: list[str] | None = None) -> None:
     argv = list(sys.argv if argv is None else argv)
     # the launchers resubmit sys.argv[1:]; the program name says which command it was
     sys.argv = [f"encoder {name}"] + argv[1:]
-    # SIGTERM takes the Ctrl-C path from here on, through the heavy imports too (a
-    # scheduler's signal a second after the start ended the process silently, exit 143)
-    # (the command's main handles its own; what reaches here came before it: nothing was
-    # written, so the same command again is right, and 75 is what a scheduler requeues)
+    # SIGTERM takes the Ctrl-C path from here on, through the heavy imports and the flag
+    # parsing too (a signal a second after the start ended the process silently, exit
+    # 143). The command's main handles its own; one that reaches here came before it:
+    # nothing was written, so the same command again is right, and 75 is requeued.
     from encoder import errors, tether
     tether.sigterm_interrupts()
     try:

@@ -6,7 +6,6 @@ encoder/errors.py.
 """
 import functools
 import os
-import signal
 import sys
 
 from encoder import errors, tether
@@ -63,14 +62,10 @@ def one_line_errors(main=None, *, resumable=False, name: str = ""):
     @functools.wraps(main)
     def wrapped(argv):
         ctrl_c_interrupts()
-        previous = tether.sigterm_interrupts()  # SIGTERM: the Ctrl-C path (75 if resumable)
         if not _verbose():
             _quiet_library_errors()
-        try:
+        with tether.sigterm_interrupting():  # SIGTERM: the Ctrl-C path (75 if resumable)
             return _main(argv)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
 
     def _main(argv):
         from absl import app

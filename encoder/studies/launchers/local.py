@@ -12,7 +12,6 @@ parent-death signal asks).
 """
 import dataclasses
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -44,30 +43,26 @@ class Local:
 
     def run(self, runs: list, on_exit, log=print) -> None:
         pending, active = list(runs), []
-        previous = tether.sigterm_interrupts()  # a SIGTERM stops and waits, as Ctrl-C
-        try:
-            while pending or active:
-                while pending and len(active) < max(1, self.parallel):
-                    run = pending.pop(0)
-                    active.append((run, self.start(run)))
-                    log(f"started {run.name}")
-                for run, proc in list(active):
-                    rc = proc.poll()
-                    if rc is None:
-                        continue
-                    active.remove((run, proc))
-                    records.write_exit(run.workdir, rc, launcher="local")
-                    on_exit(run)
-                time.sleep(0.2)
-        except KeyboardInterrupt:
-            tether.interrupt_seen()  # stopping: a second SIGTERM must not cut the wait short
-            raise
-        finally:
+        with tether.sigterm_interrupting():  # a SIGTERM stops and waits, as Ctrl-C
             try:
-                stop_children([proc for _, proc in active], self.stop_timeout)
+                while pending or active:
+                    while pending and len(active) < max(1, self.parallel):
+                        run = pending.pop(0)
+                        active.append((run, self.start(run)))
+                        log(f"started {run.name}")
+                    for run, proc in list(active):
+                        rc = proc.poll()
+                        if rc is None:
+                            continue
+                        active.remove((run, proc))
+                        records.write_exit(run.workdir, rc, launcher="local")
+                        on_exit(run)
+                    time.sleep(0.2)
+            except KeyboardInterrupt:
+                tether.interrupt_seen()  # stopping: a second SIGTERM must not cut it short
+                raise
             finally:
-                if previous is not None:
-                    signal.signal(signal.SIGTERM, previous)
+                stop_children([proc for _, proc in active], self.stop_timeout)
 
 
 def stop_children(procs, timeout: float) -> None:
