@@ -1,2 +1,2 @@
-"""Benchmarks, one file each, outside the library: `python -m encoder.bench --mode=NAME`
+"""Benchmarks, one file each, outside the library: `python -m encoder bench --mode=NAME`
 runs benchmarks/NAME.py's run(). They print JSON lines and are never asserted in tests."""

@@ -1,10 +1,10 @@
 """Ahead-of-time sizing: the train step compiled from shapes for a mesh of devices (simulated
 CPU devices, or a TPU topology compiled by libtpu here), one JSON line per compile
-(python -m encoder.bench --mode=compile; encoder/train/compile_report.py has the fields).
+(python -m encoder bench --mode=compile; encoder/train/compile_report.py has the fields).
 
-    python -m encoder.bench --mode=compile --topology=v5e:2x2 \\
+    python -m encoder bench --mode=compile --topology=v5e:2x2 \\
         --config=experiments/bert_base.py --seq_len=512 --batch_size=32 --dtype=bfloat16
-    python -m encoder.bench --mode=compile --topology=h100:8 \\
+    python -m encoder bench --mode=compile --topology=h100:8 \\
         --config=experiments/modernbert_base.py --phase=extension --batch_size=8
 """
 import json

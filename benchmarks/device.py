@@ -1,4 +1,4 @@
-"""The accelerator benchmark in one call (python -m encoder.bench --mode=device)."""
+"""The accelerator benchmark in one call (python -m encoder bench --mode=device)."""
 import json
 import subprocess
 import sys
@@ -10,7 +10,7 @@ FLAGS = flags.FLAGS
 
 # The accelerator benchmark, one run of each: 10-20 s of compile and a few seconds of steps
 # each on an H200 (stop 44: the whole plan in 3 min 27 s, installs included). Each entry: the flags of one
-# `python -m encoder.bench` step-mode run.
+# `python -m encoder bench` step-mode run.
 DEVICE_PLAN = [
     *[["--size=base", "--seq_len=128", "--batch_size=256", f"--attention_impl={impl}"]
       for impl in ("xla", "cudnn")],
@@ -38,7 +38,7 @@ def run():
     Exits non-zero when every entry failed (a benchmark that measured nothing)."""
     failed = 0
     for flags_ in DEVICE_PLAN:
-        cmd = [sys.executable, "-m", "encoder.bench", *flags_, "--dtype=bfloat16",
+        cmd = [sys.executable, "-m", "encoder", "bench", *flags_, "--dtype=bfloat16",
                f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

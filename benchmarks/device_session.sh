@@ -9,4 +9,4 @@ source benchmarks/device_env.sh
     python3 -c "import jax, flax, optax, orbax.checkpoint, sys; print('python', sys.version.split()[0], 'jax', jax.__version__, 'flax', flax.__version__, 'optax', optax.__version__); print(jax.devices())"
     python3 -c "import jax._src.lib as l; print('cudnn', getattr(l, 'cuda_versions', None) and l.cuda_versions.cudnn_get_version())" || true
 } 2>&1 | tee "$OUT/env.txt"
-python3 -m encoder.bench --mode=device --steps=10 2>"$OUT/device.stderr" | tee "$OUT/device.jsonl"
+python3 -m encoder bench --mode=device --steps=10 2>"$OUT/device.stderr" | tee "$OUT/device.jsonl"

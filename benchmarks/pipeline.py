@@ -1,5 +1,5 @@
 """The input pipeline: prepare's and the shuffled reader's tokens/s, each against the tiny
-model's train step (python -m encoder.bench --mode=pipeline)."""
+model's train step (python -m encoder bench --mode=pipeline)."""
 import json
 import time
 

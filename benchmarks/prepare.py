@@ -1,5 +1,5 @@
 """Corpus preparation at scale: MB/s and peak memory of prepare per worker count, and a
-training run's start-up on the prepared corpus (python -m encoder.bench --mode=prepare)."""
+training run's start-up on the prepared corpus (python -m encoder bench --mode=prepare)."""
 import json
 import time
 
@@ -104,7 +104,7 @@ def run():
             for w in map(int, FLAGS.workers):
                 out = f"{root}/prepared-{size:g}-w{w}"
                 shutil.rmtree(out, ignore_errors=True)
-                m = _measure([py, "-m", "encoder.data.prepare", f"--input={text}",
+                m = _measure([py, "-m", "encoder", "prepare", f"--input={text}",
                               f"--out={out}", f"--tokenizer={tok_path}", f"--num_workers={w}"])
                 print(json.dumps({"benchmark": "prepare", "corpus_mb": round(mb, 1),
                                   "workers": w, "seconds": m["seconds"],
@@ -112,7 +112,7 @@ def run():
                                   "peak_rss_gb": m["peak_rss_gb"]}), flush=True)
             work = f"{root}/run-{size:g}"
             shutil.rmtree(work, ignore_errors=True)
-            m = _measure([py, "-m", "encoder.main", "--config=experiments/pretrain.py",
+            m = _measure([py, "-m", "encoder", "run", "--config=experiments/pretrain.py",
                           f"--workdir={work}", f"--config.data.train_files={out}",
                           "--config.train.num_steps=2", "--config.train.log_every=1",
                           "--config.train.eval_every=0", "--config.train.progress=false"],

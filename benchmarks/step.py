@@ -1,5 +1,5 @@
 """The train step: this codebase's jit-compiled pretraining step against HuggingFace's
-FlaxBertForMaskedLM at the identical configuration (python -m encoder.bench --mode=step)."""
+FlaxBertForMaskedLM at the identical configuration (python -m encoder bench --mode=step)."""
 import json
 
 import jax

@@ -116,7 +116,7 @@ def base_config() -> ml_collections.ConfigDict:
     ))
 
     config.data = ml_collections.ConfigDict(dict(
-        train_files="",                # a prepared folder (encoder.data.prepare), or comma-separated
+        train_files="",                # a prepared folder (`encoder prepare`), or comma-separated
                                        # text paths/globs (prepared into cache_dir); empty: stdlib
         valid_files="",                # the same kinds; empty: the train corpus's hash split
         one_doc_per_line=False,

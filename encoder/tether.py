@@ -20,7 +20,7 @@ The kernel's signal fires when the parent *thread* that started the child ends, 
 the parent process: the study launchers start their children from the thread that waits
 for them (encoder/studies/launchers/local.py, the study's main thread), which outlives
 them. The variable is removed from the child's environment once read, so what the child
-starts in turn is tied to it only through child_env() (as encoder.suite's jobs are).
+starts in turn is tied to it only through child_env() (as `encoder suite`'s jobs are).
 """
 import contextlib
 import ctypes

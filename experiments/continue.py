@@ -1,9 +1,9 @@
 """Continue pretraining a released checkpoint on your own data (domain or language
 adaptation): architecture, tokenizer and MLM head from the source.
 
-    python -m encoder.main --config=experiments/continue.py \\
+    python -m encoder run --config=experiments/continue.py \\
         --config.init_from=hf:DIR|WORKDIR|PARAMS --config.data.train_files=FILES --workdir=W
-    python -m encoder.main --config=experiments/continue.py:recipe=modernbert_base,phase=decay \\
+    python -m encoder run --config=experiments/continue.py:recipe=modernbert_base,phase=decay \\
         --config.init_from=hf:DIR --config.data.train_files=FILES --workdir=W
 
 Every model field is unset here and taken from the source when the job starts; a field you

@@ -1,6 +1,6 @@
 """Sentence embeddings: encode a text file (one text per line) into unit vectors.
 
-    python -m encoder.main --config=experiments/embed.py:pooling=mean --config.init_from=hf:DIR \
+    python -m encoder run --config=experiments/embed.py:pooling=mean --config.init_from=hf:DIR \
         --config.data.input_file=texts.txt [--config.eval.query="how do I open a file"] --workdir=DIR
 
 Options: pooling (default mean), seed.

@@ -6,7 +6,7 @@ context extension to 8,192 (global RoPE base 1.6e5), a 50B-token decay.
 The budgets are the ones published for the suite; the optimizer, learning rates, batch
 sizes and masking are modernbert_base's (assumed). A phase's checkpoint is a run's
 checkpoint at the phase's last step (metrics.jsonl and the checkpoint meta name it):
-`python -m encoder.merge --workdirs=DIR@STEP` writes it as a params folder.
+`python -m encoder merge --workdirs=DIR@STEP` writes it as a params folder.
 """
 from encoder import config as config_lib
 from experiments import modernbert_base

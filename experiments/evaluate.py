@@ -1,6 +1,6 @@
 """Intrinsic evaluation of a pretrained model: held-out MLM loss/accuracy and pseudo-perplexity.
 
-    python -m encoder.main --config=experiments/evaluate.py --config.init_from=WORKDIR \
+    python -m encoder run --config=experiments/evaluate.py --config.init_from=WORKDIR \
         [--config.data.valid_files=held_out.txt] --workdir=DIR
 
 Options: runlocal (a 2,000-token budget), seed. The protocol (encoder/jobs/evaluate.py

@@ -1,6 +1,6 @@
 """Fine-tuning a pretrained (or imported) encoder on a task file.
 
-    python -m encoder.main --config=experiments/finetune.py:task=qa,mode=lora \
+    python -m encoder run --config=experiments/finetune.py:task=qa,mode=lora \
         --config.init_from=hf:PATH --config.data.train_file=train.jsonl \
         --config.data.dev_file=dev.jsonl --workdir=DIR
 

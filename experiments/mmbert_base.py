@@ -4,7 +4,7 @@ trained in three phases with a masking-rate schedule that falls as training goes
 extends the context to 8,192 (RoPE base 1.6e5), and a decay phase. mmBERT runs its decay
 on three data mixtures and merges the three decayed models; here each is a run of this
 recipe started from the mid-training checkpoint with other `data.train_files`
-(init_from=..., init_state=full), merged with `python -m encoder.merge --workdirs=A,B,C`.
+(init_from=..., init_state=full), merged with `python -m encoder merge --workdirs=A,B,C`.
 
 The phase budgets (2.3T, 600B, 100B tokens) and rates are the paper's; the batch sizes,
 learning rates and the decay's 1-sqrt shape are modernbert_base's (assumed, not checked

@@ -1,6 +1,6 @@
 """Pretraining a tiny encoder on the embedded standard-library corpus (the README's main job).
 
-    python -m encoder.main --config=experiments/pretrain.py:objective=rtd,position=rope --workdir=DIR
+    python -m encoder run --config=experiments/pretrain.py:objective=rtd,position=rope --workdir=DIR
 
 Options: see encoder.config.OPTIONS (size, objective, position, pooling, norm,
 activation, masking, mask_rate, seed, steps, runlocal), and evals=sts_relatedness+topic:

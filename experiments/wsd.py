@@ -2,9 +2,9 @@
 a decay phase; one stable run serves every budget (Hägele et al. 2024).
 
     # the stable run, long enough for the largest budget
-    python -m encoder.main --config=experiments/wsd.py:stable=960,decay=0 --workdir=runs/stable
+    python -m encoder run --config=experiments/wsd.py:stable=960,decay=0 --workdir=runs/stable
     # the 600-step budget: a decay of 120 steps from step 480 of that run
-    python -m encoder.main --config=experiments/wsd.py:stable=480,decay=120 \\
+    python -m encoder run --config=experiments/wsd.py:stable=480,decay=120 \\
         --workdir=runs/wsd_600 --config.init_from=runs/stable --config.init_step=480 \\
         --config.init_state=full
 

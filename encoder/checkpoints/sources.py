@@ -5,7 +5,7 @@
     generator);
   * a fine-tuning workdir: its best/ parameters (encoder + task head), its
     tokenizer and label names, so RTE can start from the MNLI model;
-  * a params folder (model_config.json + params/, e.g. `hf_bert --out`);
+  * a params folder (model_config.json + params/, e.g. `encoder import_hf --out`);
   * hf:DIR, a HuggingFace folder of any family in encoder/interop/families.py
     (BERT, RoBERTa, ALBERT, ELECTRA, RoFormer, ModernBERT, DeBERTa-v2) with its tokenizer.
 

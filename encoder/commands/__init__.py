@@ -4,7 +4,8 @@ once installed with `pip install -e .`).
 Each command is one module here: its flags, then one call into a job. COMMANDS is the
 table `python -m encoder` lists; the public module names of earlier releases
 (`python -m encoder.main`, `encoder.data.prepare`, ...) are one-line shims over
-`launch(NAME)` (ALIASES), so scripts that type them keep working.
+`launch(NAME)` (ALIASES), so scripts that type them keep working: each says its new
+name in one line on stderr, then runs.
 """
 import importlib
 import sys
@@ -52,6 +53,7 @@ def launch(name: str, argv: list[str] | None = None) -> None:
     if name not in COMMANDS:
         raise SystemExit(f"error: unknown command {name!r}\n\n{usage()}")
     argv = list(sys.argv if argv is None else argv)
+    _say_the_new_name(name)
     # the launchers resubmit sys.argv[1:]; the program name says which command it was
     sys.argv = [f"encoder {name}"] + argv[1:]
     # SIGTERM takes the Ctrl-C path from here on, through the heavy imports and the flag
@@ -69,6 +71,15 @@ def launch(name: str, argv: list[str] | None = None) -> None:
         print("interrupted before it started; run the same command again", file=sys.stderr,
               flush=True)
         raise SystemExit(errors.STOPPED_EXIT_CODE) from None
+
+
+def _say_the_new_name(name: str) -> None:
+    """One line on stderr when the program was started by an old module name (a shim of
+    ALIASES: `python -m encoder.main` is __main__ with that spec name)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name in ALIASES:
+        print(f"note: `python -m {spec.name}` is now `python -m encoder {name}` "
+              f"(or `encoder {name}`)", file=sys.stderr, flush=True)
 
 
 def _kernel_named(main, name: str):

@@ -1,4 +1,4 @@
-"""`python -m encoder ablate` (= `encoder.ablate`): an ablation study in one command.
+"""`python -m encoder ablate`: an ablation study in one command.
 
 The study (plan, runs, comparison) and its flags' meaning: encoder/studies/ablation.py.
 """
@@ -20,9 +20,9 @@ flags.DEFINE_string("finetune", "", "fine-tuning experiment file[:arg] run on ea
 flags.DEFINE_string("finetune_data", "", "folder with train.jsonl and dev.jsonl")
 flags.DEFINE_multi_string("finetune_set", [], "field=value overrides for fine-tuning, e.g. "
                           "train.learning_rate=1e-3 (repeatable)")
-flags.DEFINE_string("suite", "", "run encoder.suite on each run: a tasks folder, or "
+flags.DEFINE_string("suite", "", "run `encoder suite` on each run: a tasks folder, or "
                     "'embedded' for the default suite built from the standard library")
-flags.DEFINE_multi_string("suite_arg", [], "an encoder.suite flag for every suite, e.g. "
+flags.DEFINE_multi_string("suite_arg", [], "an `encoder suite` flag for every suite, e.g. "
                           "--suite_arg=--preset=runlocal (repeatable)")
 flags.DEFINE_bool("watch", False, "a watcher beside each run: the suite (--suite's tasks, "
                   "--suite_arg's flags) on each of its checkpoints while it trains, as a run of "

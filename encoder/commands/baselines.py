@@ -1,4 +1,4 @@
-"""`python -m encoder baselines` (= `encoder.eval.baselines`): the no-model baselines of
+"""`python -m encoder baselines`: the no-model baselines of
 one task's files; the methods are encoder/tasks/baselines.py."""
 import json
 

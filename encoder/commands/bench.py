@@ -1,7 +1,7 @@
-"""`python -m encoder bench` (= `encoder.bench`): benchmarks that print JSON lines (one per implementation), never asserted in tests.
+"""`python -m encoder bench`: benchmarks that print JSON lines (one per implementation), never asserted in tests.
 
 Train step (default):
-    python -m encoder.bench --size=mini --seq_len=128 --batch_size=32 [--objective=mlm] [--against=hf]
+    python -m encoder bench --size=mini --seq_len=128 --batch_size=32 [--objective=mlm] [--against=hf]
 
   Times this codebase's jit-compiled train step and, with --against=hf,
   HuggingFace transformers' FlaxBertForMaskedLM at the identical configuration
@@ -21,21 +21,21 @@ Train step (default):
   data layout (packed documents, restarted positions) instead of a --size preset.
 
 On a GPU, the whole accelerator benchmark in one call:
-    python -m encoder.bench --mode=device [--steps=10]
+    python -m encoder bench --mode=device [--steps=10]
 
   BERT-base MLM in bf16 at T=128 and 512 and the ModernBERT-like recipe at T=8,192
   (packed rows), with every attention backend that serves it (DEVICE_PLAN), one
   subprocess each: tokens/s, MFU and memory per row.
 
 Input pipeline:
-    python -m encoder.bench --mode=pipeline [--seq_len=128]
+    python -m encoder bench --mode=pipeline [--seq_len=128]
 
   tokens/s of prepare (tokenize into shards) and of reading packed, shuffled
   batches back from them, on the embedded corpus, each as a multiple of the
   tiny model's train-step tokens/s here.
 
 Ahead-of-time sizing (no parameter is allocated, nothing runs):
-    python -m encoder.bench --mode=compile --config=experiments/bert_base.py[:arg]
+    python -m encoder bench --mode=compile --config=experiments/bert_base.py[:arg]
         [--topology=v5e:2x2 [--num_slices=N] | --devices=8] [--seq_len=512] [--batch_size=64]
         [--dtype=bfloat16] [--scan_layers=auto|true|false] [--remat=...] [--attention_impl=..]
         [--config.mesh.data=.. --config.mesh.fsdp=..] [--job=finetune --task=classification]
@@ -49,7 +49,7 @@ Ahead-of-time sizing (no parameter is allocated, nothing runs):
   count of encoder.train.flops.
 
 Corpus preparation at scale:
-    python -m encoder.bench --mode=prepare [--sizes_mb=25,250,2500] [--workers=1,2]
+    python -m encoder bench --mode=prepare [--sizes_mb=25,250,2500] [--workers=1,2]
         [--bench_dir=DIR]
 
   Builds text corpora of each size by repeating the embedded corpus (each

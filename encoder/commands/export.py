@@ -1,4 +1,4 @@
-"""`python -m encoder export` (= `encoder.interop.export`): a checkpoint as a HuggingFace
+"""`python -m encoder export`: a checkpoint as a HuggingFace
 folder; the job is encoder/jobs/export.py."""
 from absl import flags, logging
 

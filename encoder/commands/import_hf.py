@@ -1,4 +1,4 @@
-"""`python -m encoder import_hf` (= `encoder.interop.hf_bert`): a HuggingFace folder as a
+"""`python -m encoder import_hf`: a HuggingFace folder as a
 params folder of this codebase; the job is encoder/jobs/import_hf.py."""
 from absl import flags, logging
 

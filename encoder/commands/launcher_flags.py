@@ -37,7 +37,7 @@ flags.DEFINE_string("tpu_setup", "", "a shell line run on every TPU host first, 
                     "'source ~/venv/bin/activate'")
 FLAGS = flags.FLAGS
 
-# The flags encoder.main --launcher=... takes out of the command before the job gets it.
+# The flags `encoder run --launcher=...` takes out of the command before the job gets it.
 NAMES = ("launcher", "slurm_partition", "slurm_account", "slurm_qos", "slurm_time",
          "slurm_nodes", "slurm_tasks", "slurm_gpus_per_node", "slurm_cpus_per_task",
          "slurm_mem", "slurm_sbatch", "slurm_setup", "slurm_signal_seconds", "detach",

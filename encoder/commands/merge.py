@@ -1,6 +1,6 @@
-"""`python -m encoder merge` (= `encoder.merge`): average or merge checkpoints into a params folder.
+"""`python -m encoder merge`: average or merge checkpoints into a params folder.
 
-    python -m encoder.merge --workdirs=A,B,... --out=DIR [--method=average|weighted]
+    python -m encoder merge --workdirs=A,B,... --out=DIR [--method=average|weighted]
         [--weights=w1,w2,...] [--last=K] [--tree=params|ema]
 
 The job (what is checked, what is written) is encoder/jobs/merge.py.

@@ -1,4 +1,4 @@
-"""`python -m encoder mine` (= `encoder.retrieval.mine`): hard negatives for a pairs file;
+"""`python -m encoder mine`: hard negatives for a pairs file;
 the job is encoder/jobs/mine.py."""
 import json
 

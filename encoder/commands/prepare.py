@@ -1,4 +1,4 @@
-"""`python -m encoder prepare` (= `encoder.data.prepare`): text -> a prepared corpus.
+"""`python -m encoder prepare`: text -> a prepared corpus.
 
 What is written and how a rerun resumes: encoder/data/preparation.py.
 """
@@ -59,7 +59,7 @@ def main(argv):
                                 "tokenizer (a pair corpus trains a model that has one)")
     if FLAGS.records == "pairs" and FLAGS.input == preparation.STDLIB:
         raise errors.UsageError("--records=pairs reads JSONL pair files, not 'stdlib' (make "
-                                "pairs with python -m encoder.data.stdlib_tasks)")
+                                "pairs with python -m encoder tasks)")
     if FLAGS.tokenizer and FLAGS["vocab_size"].present:
         raise errors.UsageError("give --tokenizer or --vocab_size, not both")
     if FLAGS.valid_fraction >= 1.0:
@@ -69,7 +69,7 @@ def main(argv):
         raise errors.UsageError(f"--num_workers={FLAGS.num_workers}: expected >= 0")
     preparation.check_settings(s, None if FLAGS.tokenizer else FLAGS.vocab_size,
                                FLAGS.machine_index, FLAGS.num_machines)
-    command = " ".join(["python -m encoder.data.prepare"] + sys.argv[1:])
+    command = " ".join(["python -m encoder prepare"] + sys.argv[1:])
     if FLAGS.tokenizer_only:
         job = preparation.plan(FLAGS.input, FLAGS.out, s, FLAGS.tokenizer, FLAGS.vocab_size,
                                FLAGS.tokenizer_type, FLAGS.sample_chars, command=command)
@@ -91,7 +91,7 @@ def main(argv):
         return
     print(preparation.summary(manifest))
     if FLAGS.records == "pairs":
-        print("train with: python -m encoder.main --config=experiments/finetune.py:"
+        print("train with: python -m encoder run --config=experiments/finetune.py:"
               f"task=contrastive --config.init_from=SOURCE --config.data.train_file="
               f"{FLAGS.out}" + "".join(f" --config.contrastive.{k}={v!r}" for k, v in
                                        (("query_prefix", s.query_prefix),

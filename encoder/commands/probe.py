@@ -1,4 +1,4 @@
-"""`python -m encoder probe` (= `encoder.eval.probe`): per-layer linear probes of a model;
+"""`python -m encoder probe`: per-layer linear probes of a model;
 the job is encoder/jobs/probe.py."""
 from absl import flags, logging
 

@@ -1,10 +1,10 @@
-"""`python -m encoder suite` (= `encoder.suite`): the downstream verdict in one command: a GLUE-style battery, embeddings and probes.
+"""`python -m encoder suite`: the downstream verdict in one command: a GLUE-style battery, embeddings and probes.
 
-    python -m encoder.suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
+    python -m encoder suite --init_from=CKPT|hf:DIR [--tasks=DIR] --workdir=OUT \\
         [--seeds=N] [--learning_rates=a,b,c] [--parallel=K] [--preset=default] \\
         [--probe | --probe_only] [--random_init] [--train_per_class=K] \\
         [--launcher=local|slurm|tpu_vm --slurm_partition=P ... --detach]
-    python -m encoder.suite --baseline=bow|majority|bm25 [--tasks=DIR] --workdir=OUT \\
+    python -m encoder suite --baseline=bow|majority|bm25 [--tasks=DIR] --workdir=OUT \\
         [--only=...] [--train_per_class=K] [--max_train=N] [--max_eval=N] [--seeds=N]
 
 Without --tasks it builds the embedded default suite from the standard
@@ -61,7 +61,7 @@ flags.DEFINE_string("watch", "", "a pretraining workdir: run this suite on each 
 flags.DEFINE_float("watch_poll", 60.0, "--watch: seconds between looks for new checkpoints")
 flags.DEFINE_bool("watch_once", False, "--watch: score the checkpoints there now, then stop")
 flags.DEFINE_bool("watch_follow_job", False, "--watch: wait for the run to start; end when its "
-                  "job has ended (its exit record), finished or not (what encoder.ablate "
+                  "job has ended (its exit record), finished or not (what `encoder ablate` "
                   "--watch starts)")
 FLAGS = flags.FLAGS
 
@@ -92,7 +92,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
-    tether.hold()  # started by encoder.ablate: SIGTERM when the ablation dies
+    tether.hold()  # started by `encoder ablate`: SIGTERM when the ablation dies
     # (SIGTERM takes the Ctrl-C path in every command, one_line_errors: Python's default
     # SIGTERM exit skipped runs.execute's `finally` and orphaned the fine-tuning children.)
     from encoder.tasks.readers import TaskDataError

@@ -1,4 +1,4 @@
-"""`python -m encoder tasks` (= `encoder.data.stdlib_tasks`): the embedded downstream tasks,
+"""`python -m encoder tasks`: the embedded downstream tasks,
 built from the standard library's documentation (encoder/data/embedded_tasks.py)."""
 import json
 

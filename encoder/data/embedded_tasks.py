@@ -1,6 +1,6 @@
 """Downstream tasks built from text every Python install ships (no download).
 
-    python -m encoder tasks --out DIR      (= python -m encoder.data.stdlib_tasks)
+    python -m encoder tasks --out DIR
 
 writes one folder per task, each with a task.json naming its type and metrics
 (the downstream suite's default battery, encoder/eval/suite), covering every

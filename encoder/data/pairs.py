@@ -1,11 +1,11 @@
 """Prepared pair corpora: retrieval pairs tokenized once into ArrayRecord shards.
 
-    python -m encoder.data.prepare --records=pairs --input=PAIRS.jsonl --out=DIR \\
+    python -m encoder prepare --records=pairs --input=PAIRS.jsonl --out=DIR \\
         --tokenizer=MODEL/tokenizer [--query_prefix="query: " --passage_prefix="passage: "]
 
 The input is what the contrastive task reads from JSONL (encoder/tasks/contrastive.py):
 one {"text_a": query, "text_b": positive, "negatives": [texts]} object a line, as
-`python -m encoder.retrieval.mine` writes them. preparation.py's units, markers, resume and
+`python -m encoder mine` writes them. preparation.py's units, markers, resume and
 manifest serve unchanged (a unit is cut at a line start); this module is what a record
 holds and how a training row is read back. A line that is not such an object is skipped
 and counted (`bad_records`, the first few named by byte offset), never trained on.

@@ -1,6 +1,6 @@
 """Text in, a prepared corpus out: tokenize once, in parallel, into ArrayRecord shards.
 
-    python -m encoder.data.prepare --input=FILES --out=DIR [--tokenizer=PATH | --vocab_size=N]
+    python -m encoder prepare --input=FILES --out=DIR [--tokenizer=PATH | --vocab_size=N]
         [--num_workers=N] [--machine_index=I --num_machines=M] [--engine=local|beam]
         [--records=pairs --query_prefix=... --passage_prefix=...]
 

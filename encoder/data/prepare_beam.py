@@ -1,6 +1,6 @@
 """The prepare job as an Apache Beam pipeline, for clusters (Dataflow, Flink, Spark).
 
-    python -m encoder.data.prepare --engine=beam --input=FILES --out=DIR \
+    python -m encoder prepare --engine=beam --input=FILES --out=DIR \
         --beam_options="--runner=FlinkRunner --flink_master=HOST:8081 --environment_type=..."
 
 The same plan, the same `process_unit` and the same unit markers and

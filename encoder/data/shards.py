@@ -119,7 +119,7 @@ class PreparedCorpus:
             raise CorpusError(why)
         if not os.path.isfile(path):
             raise CorpusError(f"{folder}: not a prepared corpus (no {MANIFEST}); make one with "
-                              "python -m encoder.data.prepare --input=FILES --out=DIR")
+                              "python -m encoder prepare --input=FILES --out=DIR")
         try:
             with open(path) as f:
                 self.manifest = json.load(f)

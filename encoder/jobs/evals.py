@@ -17,7 +17,7 @@ a changed option is a new evaluator, scored afresh.
 
 The frozen kinds read a task folder of the suite's layout (`tasks=DIR`; default: the
 embedded suite, built once into WORKDIR/evals/tasks). Fine-tunings and whole suites on
-each checkpoint are the watcher's (`encoder.suite --watch=WORKDIR`), not the loop's.
+each checkpoint are the watcher's (`encoder suite --watch=WORKDIR`), not the loop's.
 """
 import dataclasses
 import hashlib
@@ -264,7 +264,7 @@ def _check_options(where: str, options: dict, num_layers: int | None) -> None:
         options["tasks"] = os.path.normpath(options["tasks"])  # DIR/ is DIR: one protocol
         if not os.path.isdir(options["tasks"]):
             raise UsageError(f"{where}.tasks={options['tasks']!r} is not a folder (a suite "
-                             "task folder: python -m encoder.data.stdlib_tasks --out DIR "
+                             "task folder: python -m encoder tasks --out DIR "
                              "writes one)")
         from encoder.tasks import catalog
         try:

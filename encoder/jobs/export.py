@@ -1,6 +1,6 @@
 """Export a workdir of this codebase as a HuggingFace model folder.
 
-    python -m encoder.interop.export --workdir=DIR --out=HF_DIR \
+    python -m encoder export --workdir=DIR --out=HF_DIR \
         [--format=transformers|sentence-transformers] [--family=bert|roberta|...]
 
 DIR is anything `init_from` takes (a pretraining or fine-tuning workdir, a
@@ -150,7 +150,7 @@ def _model_card(out: str, source: str, p: sources.Pretrained, family: str, kind:
                 cls_name: str, final: str) -> None:
     cfg = p.model_cfg
     lines = [f"# {os.path.basename(os.path.abspath(source))}", "",
-             f"Exported from `{source}` ({p.kind} source) by `python -m encoder.interop.export`.",
+             f"Exported from `{source}` ({p.kind} source) by `python -m encoder export`.",
              "", f"- architecture: `{cls_name}` (family `{family}`, head `{kind}`)",
              f"- layers {cfg.num_layers}, width {cfg.hidden_size}, heads {cfg.num_heads}, "
              f"FFN {cfg.intermediate_size}, vocabulary {cfg.vocab_size}",

@@ -1,6 +1,6 @@
 """The fine-tuning job: a start source, a Task, and the shared trainer.
 
-    python -m encoder.main --config=experiments/finetune.py:task=classification \\
+    python -m encoder run --config=experiments/finetune.py:task=classification \\
         --config.init_from=SOURCE --config.data.train_file=... --config.data.dev_file=... \\
         [--config.data.test_file=...] --workdir=DIR
 

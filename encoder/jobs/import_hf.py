@@ -1,6 +1,6 @@
 """Import a HuggingFace checkpoint folder as a params folder of this codebase.
 
-    python -m encoder import_hf --checkpoint DIR --out DIR   (= encoder.interop.hf_bert)
+    python -m encoder import_hf --checkpoint DIR --out DIR
 
 reads any family encoder/interop/families.py lists (BERT, RoBERTa, ALBERT,
 ELECTRA, RoFormer, ModernBERT, DeBERTa-v2; the module keeps its first name)

@@ -1,6 +1,6 @@
 """Weight averages and checkpoint merging: many checkpoints in, one params folder out.
 
-    python -m encoder.merge --workdirs=A,B@2000,... --out=DIR [--method=average|weighted]
+    python -m encoder merge --workdirs=A,B@2000,... --out=DIR [--method=average|weighted]
         [--weights=0.5,0.3,0.2] [--last=K] [--tree=params|ema]
 
 Each entry is a pretraining workdir (its newest checkpoint), WORKDIR@STEP (that step),

@@ -1,6 +1,6 @@
 """Pretraining: the objective's loss on packed rows, through the shared trainer.
 
-    python -m encoder.main --config=experiments/pretrain.py --workdir=DIR
+    python -m encoder run --config=experiments/pretrain.py --workdir=DIR
 
 `build(config, workdir)` makes the whole run once (data, tokenizer, objective
 context, Trainer with its compiled step, evaluation function) without

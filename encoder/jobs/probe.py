@@ -21,7 +21,7 @@ standardised features is fitted to at most `max_tokens` training words (a
 seeded draw), and dev is scored by entity F1 over BIO spans, the metric of the
 fine-tuning job and the suite; the control shuffles the drawn words' tags.
 
-    python -m encoder.eval.probe --init_from=WORKDIR|hf:DIR --tasks=DIR[,DIR...] --out=OUT \
+    python -m encoder probe --init_from=WORKDIR|hf:DIR --tasks=DIR[,DIR...] --out=OUT \
         [--random_init] [--max_train=2000] [--max_tokens=20000]
 
 Each task folder holds train.jsonl and dev.jsonl (classification, or

@@ -1,18 +1,18 @@
 """A downstream suite as one job of the study runner (config.mode = "suite").
 
-`encoder.ablate --suite` plans one such job per pretraining run, in <run>/suite_job/,
+`encoder ablate --suite` plans one such job per pretraining run, in <run>/suite_job/,
 and sends it through the launcher its pretraining runs went through (local children,
 a SLURM job array, TPU VM hosts), so a study's suites run where its runs run and their
 status is read from their own records like any run's (done: run.json's `finished`).
-The job runs `python -m encoder.suite --init_from=... --workdir=<run>/suite ...` as a
+The job runs `python -m encoder suite --init_from=... --workdir=<run>/suite ...` as a
 child tied to it (encoder/tether.py): SIGTERM reaches the suite, which stops its
 fine-tunings; a suite stopped that way exits 75 and the job with it (resumable).
 
     config.suite.init_from   the pretraining run the suite scores
-    config.suite.watch       or: the run a watcher follows (encoder.ablate --watch: the suite
+    config.suite.watch       or: the run a watcher follows (`encoder ablate --watch`: the suite
                              on each checkpoint while the run trains, beside it)
     config.suite.out         the suite's folder (suite.md, suite.json, its runs)
-    config.suite.args        further encoder.suite flags (--preset=runlocal, --only=...)
+    config.suite.args        further `encoder suite` flags (--preset=runlocal, --only=...)
 """
 import json
 import os
@@ -27,10 +27,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def command(suite) -> list[str]:
-    """The encoder.suite command line of a config.suite (a watcher's where it names one)."""
+    """The `encoder suite` command line of a config.suite (a watcher's where it names one)."""
     model = (f"--watch={suite.watch}" if suite.get("watch") else
              f"--init_from={suite.init_from}")
-    return [sys.executable, "-m", "encoder.suite", model, f"--workdir={suite.out}", *suite.args]
+    return [sys.executable, "-m", "encoder", "suite", model, f"--workdir={suite.out}", *suite.args]
 
 
 def _write_run(workdir: str, record: dict) -> None:

@@ -13,6 +13,6 @@ mining.py   hard negatives mined by a model (positive and likely false negatives
 mteb_model.py  the encoder protocol `mteb` evaluates
 
 It sits between eval/ (which it reads) and tasks/ (the contrastive task reads it).
-The mining program is encoder/jobs/mine.py; `python -m encoder.retrieval.mine` is its
+The mining program is encoder/jobs/mine.py; `python -m encoder mine` is its
 command.
 """

@@ -1,13 +1,13 @@
 """Ablation studies: one command sweeps variants and writes the comparison.
 
-    python -m encoder.ablate --config=experiments/pretrain.py:size=tiny \\
+    python -m encoder ablate --config=experiments/pretrain.py:size=tiny \\
         --sweep=model.position=learned,sinusoidal,rope,alibi,t5_bias --sweep=objective=mlm,rtd \\
         --seeds=3 --workdir=DIR [--zip] [--parallel=2] [--equal_flops] \\
         [--finetune=experiments/finetune.py:task=classification --finetune_data=TASK_DIR
          --finetune_set=train.learning_rate=1e-3]
         [--suite=TASKS_DIR|embedded --suite_arg=--preset=runlocal ...]
         [--launcher=local|slurm|tpu_vm --slurm_partition=P --slurm_time=4:00:00 ... --detach]
-    python -m encoder.ablate --config=experiments/pretrain.py --wsd_budgets=150,300,450 \
+    python -m encoder ablate --config=experiments/pretrain.py --wsd_budgets=150,300,450 \
         [--wsd_decay_fraction=0.2 --wsd_shape=linear] [--sweep=...] --workdir=DIR
 
 Each sweep is `field=v1,v2,...`, the field an experiment option (objective,
@@ -16,7 +16,7 @@ Sweeps combine as a cartesian product (or zipped with --zip). Every variant
 runs once per seed index with config.seed = seed index, so variants share the
 data order and initialisation seed. Each run lives in
 DIR/runs/<variant>__seed<k>/ with its whole resolved config beside it
-(job_config.py), runs as its own `encoder.main` job through the study runner
+(job_config.py), runs as its own `encoder run` job through the study runner
 (encoder/studies/runner.py: at most --parallel at once locally), and is skipped
 when its job recorded that it finished; an interrupted run resumes from its
 checkpoint, a run whose configuration changed is moved aside and rerun.
@@ -31,7 +31,7 @@ decays are the variants compared. Rows of runs in phases carry their tokens per 
 Outputs: DIR/runs.csv (one row per run), DIR/results.csv and DIR/results.md
 (one row per variant: mean ± std over seeds, and the gap to the best variant
 in units of its standard error), DIR/loss_curves.png, DIR/final_metric.png.
---suite runs the downstream suite (`python -m encoder.suite`, encoder/studies/suite/)
+--suite runs the downstream suite (`python -m encoder suite`, encoder/studies/suite/)
 on every pretraining run, in <run>/suite/, and adds its average (and each task's
 median) as suite/* columns; the suite average is then the primary metric.
 
@@ -660,7 +660,7 @@ def plot(rows, table, metric, root) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """What one `encoder.ablate` command asks for (its flags, as data)."""
+    """What one `encoder ablate` command asks for (its flags, as data)."""
     workdir: str
     config: object                 # the base experiment's ConfigDict
     sweeps: tuple = ()             # "field=v1,v2,..." strings
@@ -672,7 +672,7 @@ class Study:
     finetune_data: str = ""
     finetune_set: tuple = ()
     suite: str = ""
-    suite_args: tuple = ()         # encoder.suite flags for every suite
+    suite_args: tuple = ()         # `encoder suite` flags for every suite
     watch: bool = False            # a watcher beside each run: the suite on each checkpoint
     wsd_budgets: tuple = ()
     wsd_decay_fraction: float = 0.2

@@ -5,7 +5,7 @@ each run's whole configuration here (the experiment file's `get_config(arg)`,
 then field overrides given as data), and writes it into the run's workdir as
 WORKDIR/job_config.py, a self-contained experiment file:
 
-    python -m encoder.main --config=WORKDIR/job_config.py --workdir=WORKDIR
+    python -m encoder run --config=WORKDIR/job_config.py --workdir=WORKDIR
 
 is the run, on any machine and under any launcher. The same file is what a
 later start of the study compares with (a changed field makes the run stale).
@@ -22,7 +22,7 @@ JOB_CONFIG = "job_config.py"
 _OPEN, _CLOSE = "CONFIG = json.loads(r'''", "''')"
 _TEMPLATE = '''"""This run's whole configuration, written by the study runner (encoder/studies/).
 
-    python -m encoder.main --config={path} --workdir={workdir}
+    python -m encoder run --config={path} --workdir={workdir}
 """
 import json
 

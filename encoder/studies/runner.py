@@ -1,4 +1,4 @@
-"""The one study runner: `encoder.ablate` and `encoder.suite` plan runs, this starts them.
+"""The one study runner: `encoder ablate` and `encoder suite` plan runs, this starts them.
 
 A run is data: a workdir and the job's whole resolved configuration (see
 jobconfig.py). `execute(runs, launcher)`:
@@ -12,7 +12,7 @@ jobconfig.py). `execute(runs, launcher)`:
      newest checkpoint;
   2. writes each run's job_config.py and hands the runs to a launcher
      (launchers/: local subprocesses, a SLURM job array, TPU VM hosts), which
-     starts `python -m encoder.main --config=WORKDIR/job_config.py` for each;
+     starts `python -m encoder run --config=WORKDIR/job_config.py` for each;
   3. reports every run as it ends, from its records again: a failure names its
      exit status and log and never hides the others; the caller gets every
      failure back.
@@ -70,12 +70,12 @@ def make_run(name: str, workdir: str, config, inputs: dict | None = None, **tags
 
 
 def job_args(run: Run) -> list[str]:
-    """The `encoder.main` flags of a run (every launcher starts the same command)."""
+    """The `encoder run` flags of a run (every launcher starts the same command)."""
     return [f"--config={run.config_file}", f"--workdir={run.workdir}"]
 
 
 def job_command(run: Run, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "encoder.main", *job_args(run)]
+    return [python, "-m", "encoder", "run", *job_args(run)]
 
 
 def move_aside(run: Run, reason: str, log=print, cause: str = "config") -> str:

@@ -1,14 +1,14 @@
 """Downstream scores on every checkpoint of a pretraining run: the curve, not only the end.
 
-    python -m encoder.suite --watch=WORKDIR --workdir=OUT [--probe_only] [suite flags]
+    python -m encoder suite --watch=WORKDIR --workdir=OUT [--probe_only] [suite flags]
         [--watch_poll=60] [--watch_once] [--watch_follow_job]
 
-(`encoder.ablate --watch` starts one beside each of its runs, as a run of the study:
+(`encoder ablate --watch` starts one beside each of its runs, as a run of the study:
 --watch_follow_job waits for the run to start and ends when its job has ended.)
 
 Follows WORKDIR (a pretraining run, running or finished) and runs the suite once on each
 checkpoint it keeps, into OUT/step_NNNNNNN/ (a suite folder of its own, as
-`encoder.suite --init_from=WORKDIR@STEP` writes). OUT/curve.jsonl gets one row a scored
+`encoder suite --init_from=WORKDIR@STEP` writes). OUT/curve.jsonl gets one row a scored
 checkpoint: its step, the tokens and FLOPs trained to it, every task's score and the
 averages; OUT/watch.json records the steps scored, so a restarted watcher scores each
 checkpoint exactly once. It ends when the run has finished and its last checkpoint is

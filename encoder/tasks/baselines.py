@@ -1,7 +1,7 @@
 """Baselines with no model, that every fine-tuning result is reported next to.
 
     python -m encoder baselines --task=classification --train=train.jsonl --dev=dev.jsonl
-    python -m encoder.suite --baseline=bow --workdir=OUT     (a whole suite: the same rows)
+    python -m encoder suite --baseline=bow --workdir=OUT     (a whole suite: the same rows)
 
 A predictor is `predict(train, splits) -> one list of predictions per split`, each
 prediction in the fine-tuning job's predictions.jsonl form ({"label"}, {"tags"},

@@ -191,8 +191,8 @@ def discover(tasks_dir: str, only: list | None = None) -> tuple[list, list]:
         what = "; ".join(notes) or (
             f"it holds files ({', '.join(files[:4])}{', ...' if len(files) > 4 else ''}), no "
             "task folder: a task is a folder with train.jsonl and dev.jsonl (or task.json, "
-            "GLUE's train.tsv, BEIR's corpus.jsonl + queries.jsonl); python -m encoder.data."
-            "stdlib_tasks --out DIR writes the embedded suite" if files else "empty")
+            "GLUE's train.tsv, BEIR's corpus.jsonl + queries.jsonl); python -m encoder tasks "
+            "--out DIR writes the embedded suite" if files else "empty")
         raise FileNotFoundError(f"{tasks_dir}: no tasks found ({what})")
     return found, notes
 

@@ -1,8 +1,8 @@
 """Sentence embeddings from positive pairs (and mined hard negatives): a retriever.
 
 Examples: {"text_a", "text_b"} positive pairs, optionally with "negatives": [texts]
-(what `python -m encoder.retrieval.mine` writes), from a JSONL file or, at any size, from
-a prepared pair corpus (`python -m encoder.data.prepare --records=pairs`, encoder/data/
+(what `python -m encoder mine` writes), from a JSONL file or, at any size, from
+a prepared pair corpus (`python -m encoder prepare --records=pairs`, encoder/data/
 pairs.py) given as data.train_file. The loss is the in-batch softmax of
 each query over every positive and every negative of the global batch
 (encoder/retrieval/losses.py: every device's passages, duplicates masked), with

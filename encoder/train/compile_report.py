@@ -6,7 +6,7 @@ XLA's CUDA compiler on a CPU machine: encoder/train/targets.py).
 `compile_step(config, devices, job)` lowers and compiles exactly the step a run compiles
 (pretraining: encoder.objectives.pretraining.build; fine-tuning: a task head from
 encoder.tasks with the same encoder.train.trainer step); `compile_report` turns it into
-one JSON-able row (`python -m encoder.bench --mode=compile [--topology=v5e:2x2|h100:8]`).
+one JSON-able row (`python -m encoder bench --mode=compile [--topology=v5e:2x2|h100:8]`).
 
 What the compiled program holds (Mosaic, Triton and cuDNN kernels, collectives and the
 hosts their groups span, the largest buffer) is read from its optimized HLO text, each

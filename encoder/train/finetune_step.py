@@ -1,5 +1,5 @@
 """The fine-tuning step's pieces, built once: the fine-tuning job trains them and the
-compile report (`encoder.bench --mode=compile --job=finetune`) compiles them.
+compile report (`encoder bench --mode=compile --job=finetune`) compiles them.
 
 A task type (encoder/tasks) gives the head, forward and loss; this module adds what
 fine-tuning changes around them: LoRA adapters (their parameters beside the model's,

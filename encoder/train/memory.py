@@ -1,6 +1,6 @@
 """What a step must hold that cannot fit, found before anything is prepared or compiled.
 
-Exact per-device memory comes from compiling the step (encoder.bench --mode=compile); a
+Exact per-device memory comes from compiling the step (`encoder bench --mode=compile`); a
 run cannot wait for that, so this module checks one lower bound a user can read: dense
 attention materialises each layer's scores, rows x heads x T x T in float32 (the softmax
 runs in float32), at least once per layer in the forward pass. When that alone exceeds

@@ -141,7 +141,7 @@ def wsd_phases(stable: int, decay: int, shape: str = "linear", stable_extra: dic
     """Warmup-stable-decay as phases: `stable` steps at the constant peak (after the
     recipe's warmup), then (decay > 0) `decay` steps down along `shape`. One stable run's
     checkpoint at step S starts the decay of every budget S + D (experiments/wsd.py,
-    encoder.ablate --wsd_budgets). *_extra: more of a phase's fields (its masking, say)."""
+    `encoder ablate --wsd_budgets`). *_extra: more of a phase's fields (its masking, say)."""
     out = (dict(name="stable", steps=int(stable), train=dict(schedule="constant"),
                 **(stable_extra or {})),)
     if decay:

@@ -104,7 +104,7 @@ def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum
 
 def state_shapes(init_params: Callable, tx, mesh, rng):
     """(abstract TrainState, its shardings) from shapes alone: nothing is allocated,
-    so a run can be sized (encoder.bench --mode=compile) before it is started."""
+    so a run can be sized (`encoder bench --mode=compile`) before it is started."""
     boxed = jax.eval_shape(partitioning.traced_under(init_params, mesh), rng)
     p_shard = partitioning.param_shardings(boxed, mesh)
     params = nn.unbox(boxed)

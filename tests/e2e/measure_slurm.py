@@ -35,7 +35,7 @@ def main():
                 for i in range(args.tasks)]
         s = slurm.Slurm(env=env, poll_seconds=0.2, python="true")
         script = s.array_script(runs, os.path.join(root, "%A_%a.out")).replace(
-            "srun --kill-on-bad-exit=1 true -m encoder.main", "srun --kill-on-bad-exit=1 true")
+            "srun --kill-on-bad-exit=1 true -m encoder run", "srun --kill-on-bad-exit=1 true")
         path = os.path.join(root, "array.sbatch")
         open(path, "w").write(script)
         t0 = time.time()
@@ -53,7 +53,7 @@ def main():
         code = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: "
                 "sys.exit(75)); time.sleep(3600)")
         script = s2.array_script([stop], os.path.join(root, "%A_%a.out")).replace(
-            f"{sys.executable} -m encoder.main --config=\"$WORKDIR\"/job_config.py "
+            f"{sys.executable} -m encoder run --config=\"$WORKDIR\"/job_config.py "
             "--workdir=\"$WORKDIR\"", f"{sys.executable} -c '{code}'")
         path = os.path.join(root, "preempt.sbatch")
         open(path, "w").write(script)

@@ -50,7 +50,7 @@ def test_equal_flops_gives_rtd_fewer_steps():
 
 
 def _study(workdir, *extra, steps=8, sweep="model.position=learned,rope", seeds=2):
-    cmd = [sys.executable, "-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+    cmd = [sys.executable, "-m", "encoder", "ablate", "--config=experiments/pretrain.py:runlocal",
            f"--sweep={sweep}", f"--seeds={seeds}", f"--workdir={workdir}",
            f"--config.train.num_steps={steps}", "--config.train.log_every=2",
            f"--config.train.eval_every={steps}", "--config.train.checkpoint_every=4", *extra]
@@ -110,7 +110,7 @@ def test_small_study_end_to_end_skips_finished_and_resumes(tmp_path, tiny_pretra
 
 
 def test_zero_seeds_is_refused_up_front(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "encoder.ablate",
+    proc = subprocess.run([sys.executable, "-m", "encoder", "ablate",
                            "--config=experiments/pretrain.py:runlocal", "--seeds=0",
                            f"--workdir={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, env=child_env())

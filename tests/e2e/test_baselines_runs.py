@@ -1,4 +1,4 @@
-"""The suite's baseline rows (python -m encoder.suite --baseline=bow): every task type
+"""The suite's baseline rows (python -m encoder suite --baseline=bow): every task type
 through the suite's own files and report, the few-shot draws of the model's runs, GLUE's
 layout, and the refusals (each method by hand: tests/tasks/test_baselines.py)."""
 import csv
@@ -122,7 +122,7 @@ def test_a_baseline_refuses_a_model_and_keeps_a_models_report(tmp_path):
     with pytest.raises(ValueError, match="holds a model's suite"):
         battery.run_suite(battery.SuiteOptions("", str(model), baseline="bow"))
     # the command line says so and exits non-zero, writing nothing
-    proc = subprocess.run([sys.executable, "-m", "encoder.suite", "--baseline=bow",
+    proc = subprocess.run([sys.executable, "-m", "encoder", "suite", "--baseline=bow",
                            "--init_from=runs/x", f"--workdir={tmp_path / 'cli'}"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "has no meaning beside it" in proc.stderr
@@ -130,10 +130,10 @@ def test_a_baseline_refuses_a_model_and_keeps_a_models_report(tmp_path):
 
 
 def test_the_baseline_command_runs_from_the_command_line(tmp_path):
-    """`python -m encoder.suite --baseline=...` as the README types it (the CLI once passed
+    """`python -m encoder suite --baseline=...` as the README types it (the CLI once passed
     the local launcher's options, which a baseline refuses as a model's option)."""
     tasks = every_type(tmp_path / "tasks")
-    proc = subprocess.run([sys.executable, "-m", "encoder.suite", "--baseline=bm25",
+    proc = subprocess.run([sys.executable, "-m", "encoder", "suite", "--baseline=bm25",
                            f"--tasks={tasks}", f"--workdir={tmp_path / 'out'}"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -8,7 +8,7 @@ def test_a_benchmark_row_names_the_path_that_ran():
     """`bench --attention_impl=cudnn` on a CPU: the row asked cudnn, XLA ran, and says so."""
     # One device (no simulated ones), compiled as this process compiles (conftest: -O0):
     # a one-step run is compile-bound, and what ran does not depend on the code's speed.
-    rc, out, err = run_module("encoder.bench", "--size=tiny", "--seq_len=128",
+    rc, out, err = run_module("encoder", "bench", "--size=tiny", "--seq_len=128",
                               "--batch_size=2", "--vocab_size=512", "--steps=1", "--warmup=1",
                               "--attention_impl=cudnn", timeout=240,
                               env=child_env())

@@ -28,7 +28,7 @@ def small_disk(path, size: str):
 
 def test_a_disk_that_cannot_hold_a_checkpoint_is_refused_before_the_first_step(tmp_path):
     with small_disk(tmp_path / "disk", "3M") as disk:
-        rc, out, err = run_module("encoder.main", "--config=experiments/pretrain.py:runlocal",
+        rc, out, err = run_module("encoder", "run", "--config=experiments/pretrain.py:runlocal",
                                   f"--workdir={disk}/wd", timeout=300)
         one_line(rc, err, f"no space left on device under {disk}/wd", "MiB free",
                  "a checkpoint (about")

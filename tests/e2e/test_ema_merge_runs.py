@@ -1,5 +1,5 @@
 """The parameter EMA in a run (saved with the checkpoint, evaluated as eval_ema/) and
-`encoder.merge` (encoder/jobs/merge.py): averages against hand averages, the output is a
+`encoder merge` (encoder/jobs/merge.py): averages against hand averages, the output is a
 valid init_from, mismatched inputs are refused."""
 import json
 import os

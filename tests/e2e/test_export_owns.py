@@ -1,4 +1,4 @@
-"""`encoder.interop.export` writes only into a folder it owns: a downloaded HF model folder,
+"""`encoder export` writes only into a folder it owns: a downloaded HF model folder,
 an HF Trainer output, a previous export with files added and a sibling named like its
 scratch folder all survive byte for byte; refusals are one line, exit 1 (issue 27)."""
 import os
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def cli(source, out):
-    return run_module("encoder.interop.export", f"--workdir={source}", f"--out={out}")
+    return run_module("encoder", "export", f"--workdir={source}", f"--out={out}")
 
 
 def test_export_never_touches_a_folder_it_did_not_write(tiny_pretrained, tmp_path):

@@ -151,14 +151,14 @@ def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooli
 
 def test_cli_exports_the_main_jobs_model_as_roformer(tiny_pretrained, tmp_path):
     out = tmp_path / "hf"
-    proc = subprocess.run([sys.executable, "-m", "encoder.interop.export",
+    proc = subprocess.run([sys.executable, "-m", "encoder", "export",
                            f"--workdir={tiny_pretrained}", f"--out={out}"], cwd=ROOT,
                           capture_output=True, text=True, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "RoFormerForMaskedLM (family roformer, head mlm)" in proc.stdout
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
             "README.md"} <= set(os.listdir(out))
-    bad = subprocess.run([sys.executable, "-m", "encoder.interop.export",
+    bad = subprocess.run([sys.executable, "-m", "encoder", "export",
                           f"--workdir={tiny_pretrained}", f"--out={tmp_path / 'b'}",
                           "--family=bert"], cwd=ROOT, capture_output=True, text=True,
                          env=child_env())

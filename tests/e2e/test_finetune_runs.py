@@ -25,7 +25,7 @@ def _train_losses(workdir):
 
 def _finetune_cli(workdir, source, task_dir, *extra):
     env = child_env()
-    cmd = [sys.executable, "-m", "encoder.main",
+    cmd = [sys.executable, "-m", "encoder", "run",
            "--config=experiments/finetune.py:task=classification,runlocal",
            f"--config.init_from={source}", f"--workdir={workdir}",
            f"--config.data.train_file={task_dir}/train.jsonl",

@@ -51,7 +51,7 @@ def test_bench_compiles_the_tiny_recipe_for_h100s_on_cudnn():
     documents as segment offsets (the path that failed to compile before: jax's check read
     the CPU host's capability), gradients all-reduced, nothing gathered."""
     proc = subprocess.run(
-        [sys.executable, "-m", "encoder.bench", "--mode=compile", "--topology=h100:8",
+        [sys.executable, "-m", "encoder", "bench", "--mode=compile", "--topology=h100:8",
          "--config=experiments/pretrain.py:runlocal", f"--seq_len={T}", "--batch_size=16",
          "--dtype=bfloat16"], cwd=ROOT, env=child_env(), capture_output=True, text=True,
         timeout=600)

@@ -1,4 +1,4 @@
-"""python -m encoder.interop.hf_bert: the import command writes an orbax checkpoint of
+"""python -m encoder import_hf: the import command writes an orbax checkpoint of
 all-MiniLM-L6-v2 that restores to the same parameters (parity: tests/interop/test_hf_bert.py)."""
 
 import numpy as np
@@ -13,7 +13,7 @@ def test_cli_writes_an_orbax_checkpoint_that_restores(tmp_path):
     import sys
     from helpers import ROOT as root
     out = tmp_path / "ckpt"
-    subprocess.run([sys.executable, "-m", "encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
+    subprocess.run([sys.executable, "-m", "encoder", "import_hf", f"--checkpoint={minilm_dir()}",
                     f"--out={out}"], cwd=root, check=True, capture_output=True,
                    env=child_env())
     from encoder.checkpoints import sources, store

@@ -31,7 +31,7 @@ def twin(tiny_pretrained, tmp_path):
 def test_merge_mistakes_are_refused_before_a_checkpoint_is_read(tiny_pretrained, twin,
                                                                 tmp_path, monkeypatch):
     out = tmp_path / "merged"
-    rc, _, err = run_module("encoder.merge", f"--workdirs={tiny_pretrained},{twin}",
+    rc, _, err = run_module("encoder", "merge", f"--workdirs={tiny_pretrained},{twin}",
                             "--weights=0.9,0.1", f"--out={out}")  # were recorded, not applied
     one_line(rc, err, "--weights=0.9,0.1 applies to --method=weighted")
     before = snapshot(tiny_pretrained)
@@ -92,12 +92,12 @@ def test_mine_refuses_in_one_line_and_its_ctrl_c_is_one_line(tiny_pretrained, tm
     folder.mkdir()
     (folder / "notes.txt").write_text("mine")
     before = snapshot(tmp_path)
-    rc, _, err = run_module("encoder.retrieval.mine", "--init_from=/nonexistent",
+    rc, _, err = run_module("encoder", "mine", "--init_from=/nonexistent",
                             f"--pairs={pairs}", f"--out={folder}")
     one_line(rc, err, f"--out={folder} is a folder")
     assert snapshot(tmp_path) == before  # no FOLDER.tmp beside it
     out = tmp_path / "triples.jsonl"
-    p = subprocess.Popen([sys.executable, "-m", "encoder.retrieval.mine",
+    p = subprocess.Popen([sys.executable, "-m", "encoder", "mine",
                           f"--init_from={tiny_pretrained}", f"--pairs={pairs}", f"--out={out}",
                           "--verbosity=0"],  # its reading of the model logs: the moment to stop
                          cwd=ROOT, env={**os.environ, "JAX_PLATFORMS": "cpu"},
@@ -114,7 +114,7 @@ def test_mine_refuses_in_one_line_and_its_ctrl_c_is_one_line(tiny_pretrained, tm
 
 def test_a_phase_value_of_the_wrong_kind_is_one_line_and_leaves_no_workdir(tmp_path):
     wd = tmp_path / "wd"
-    rc, _, err = run_module("encoder.main", "--config=experiments/pretrain.py:runlocal",
+    rc, _, err = run_module("encoder", "run", "--config=experiments/pretrain.py:runlocal",
                             '--config.phases=({"name": "a", "steps": 2, '
                             '"train": {"batch_size": 2.5}},)', f"--workdir={wd}")
     one_line(rc, err, "phase 'a': train.batch_size=2.5 must be a whole number")
@@ -126,17 +126,17 @@ def test_stdlib_tasks_writes_only_a_folder_of_its_own(tmp_path):
     (mine / "topic").mkdir(parents=True)
     (mine / "topic" / "train.jsonl").write_text('{"text": "my own", "label": "x"}\n')
     before = snapshot(mine)
-    rc, _, err = run_module("encoder.data.stdlib_tasks", f"--out={mine}")
+    rc, _, err = run_module("encoder", "tasks", f"--out={mine}")
     one_line(rc, err, "did not write")
     assert snapshot(mine) == before
-    rc, _, err = run_module("encoder.data.stdlib_tasks", f"--out={mine / 'topic' / 'train.jsonl'}")
+    rc, _, err = run_module("encoder", "tasks", f"--out={mine / 'topic' / 'train.jsonl'}")
     one_line(rc, err, "is a file")
-    rc, _, err = run_module("encoder.data.stdlib_tasks", f"--out={tmp_path / 'x'}", "extra")
+    rc, _, err = run_module("encoder", "tasks", f"--out={tmp_path / 'x'}", "extra")
     one_line(rc, err, "unexpected arguments")
     assert not (tmp_path / "x").exists()
     built = tmp_path / "tasks"
     for _ in range(2):  # new, then its own earlier build
-        rc, out, err = run_module("encoder.data.stdlib_tasks", f"--out={built}")
+        rc, out, err = run_module("encoder", "tasks", f"--out={built}")
         assert rc == 0, err
     assert json.loads(out)["topic"]["train"] > 0
     assert errors.read_marker(str(built))["kind"] == "tasks"
@@ -144,27 +144,27 @@ def test_stdlib_tasks_writes_only_a_folder_of_its_own(tmp_path):
 
 def test_bench_topology_mistake_is_one_line():
     pytest.importorskip("libtpu")
-    rc, _, err = run_module("encoder.bench", "--mode=compile",
+    rc, _, err = run_module("encoder", "bench", "--mode=compile",
                             "--config=experiments/pretrain.py:runlocal", "--topology=bogus")
     one_line(rc, err, "--topology=bogus: ", "e.g. v5e:2x2")
 
 
 def test_hf_bert_checks_its_out_first_and_may_replace_its_own_import(tmp_path):
-    rc, _, err = run_module("encoder.interop.hf_bert", f"--checkpoint={tmp_path / 'nope'}",
+    rc, _, err = run_module("encoder", "import_hf", f"--checkpoint={tmp_path / 'nope'}",
                             f"--out={tmp_path / 'o'}")
     one_line(rc, err, "no config.json")
     assert err.strip().startswith("error: ")
     user = tmp_path / "user"
     user.mkdir()
     (user / "notes.txt").write_text("mine")
-    rc, _, err = run_module("encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
+    rc, _, err = run_module("encoder", "import_hf", f"--checkpoint={minilm_dir()}",
                             f"--out={user}")
     one_line(rc, err, "did not write")
     assert sorted(os.listdir(user)) == ["notes.txt"]
     out = tmp_path / "imported"
     errors.mark_output(str(out), "import")  # an earlier import (refused before: "not empty")
     (out / "model_config.json").write_text("{}")
-    rc, _, err = run_module("encoder.interop.hf_bert", f"--checkpoint={minilm_dir()}",
+    rc, _, err = run_module("encoder", "import_hf", f"--checkpoint={minilm_dir()}",
                             f"--out={out}")
     assert rc == 0, err
     assert store.is_params_folder(str(out)) and (out / "tokenizer").is_dir()
@@ -177,11 +177,11 @@ def test_suite_grid_mistakes_are_refused_before_data_and_leave_no_folder(tiny_pr
     topic_task(tasks / "t")
     (tasks / "t" / "task.json").write_text('{"type": "classification"}')
     wd = tmp_path / "suite"
-    rc, _, err = run_module("encoder.suite", f"--init_from={tiny_pretrained}",
+    rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}",
                             "--learning_rates=-1e-3", f"--workdir={wd}")
     one_line(rc, err, "--learning_rates must be positive numbers, got [-0.001]")
     assert not wd.exists()  # the embedded tasks were not even built
-    rc, _, err = run_module("encoder.suite", f"--init_from={tiny_pretrained}", f"--tasks={tasks}",
+    rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}", f"--tasks={tasks}",
                             "--finetune_set=finetune.bogus=1", f"--workdir={wd}")
     one_line(rc, err, "field 'finetune.bogus': no 'bogus' in the config")
     assert not wd.exists()

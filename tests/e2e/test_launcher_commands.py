@@ -13,7 +13,7 @@ def _env():
 
 def test_main_and_ablate_print_their_scripts_in_a_dry_run(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+        [sys.executable, "-m", "encoder", "run", "--config=experiments/pretrain.py:runlocal",
          f"--workdir={tmp_path / 'w'}", "--launcher=slurm", "--slurm_tasks=2",
          "--slurm_partition=debug", "--dry_run", "--config.train.num_steps=3"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
@@ -23,13 +23,13 @@ def test_main_and_ablate_print_their_scripts_in_a_dry_run(tmp_path):
     assert "--config.train.num_steps=3" in srun and "--launcher" not in srun
     assert "--dry_run" not in srun and "--slurm" not in srun
     tpu = subprocess.run(
-        [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+        [sys.executable, "-m", "encoder", "run", "--config=experiments/pretrain.py:runlocal",
          "--workdir=gs://b/w", "--launcher=tpu_vm", "--tpu=pod", "--zone=z", "--dry_run"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
     assert tpu.returncode == 0, tpu.stderr
     assert "gcloud compute tpus tpu-vm ssh pod --zone=z --worker=all" in tpu.stdout
     study = subprocess.run(
-        [sys.executable, "-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+        [sys.executable, "-m", "encoder", "ablate", "--config=experiments/pretrain.py:runlocal",
          "--sweep=objective=mlm,rtd", f"--workdir={tmp_path / 's'}", "--launcher=slurm",
          "--slurm_time=1:00:00", "--parallel=2", "--dry_run"],
         cwd=ROOT, capture_output=True, text=True, timeout=120, env=_env())
@@ -43,8 +43,8 @@ def test_a_run_is_the_main_entry_point_on_its_config_file(tmp_path):
     run = runner.make_run("r", str(tmp_path / "r"), {"mode": "nothing", "distributed": {"coordinator_address": ""}})
     runner.prepare(run, log=lambda *_: None)
     cmd = runner.job_command(run)
-    assert cmd[1:3] == ["-m", "encoder.main"]
-    assert cmd[3:] == [f"--config={run.workdir}/job_config.py", f"--workdir={run.workdir}"]
+    assert cmd[1:4] == ["-m", "encoder", "run"]
+    assert cmd[4:] == [f"--config={run.workdir}/job_config.py", f"--workdir={run.workdir}"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
                          env=child_env())
     assert out.returncode != 0 and "Unknown config.mode 'nothing'" in out.stderr

@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _main(workdir, tiny_data):
     env = child_env()
-    cmd = [sys.executable, "-m", "encoder.main",
+    cmd = [sys.executable, "-m", "encoder", "run",
            "--config=experiments/modernbert_base.py:runlocal", f"--workdir={workdir}",
            "--config.train.log_every=1", "--config.train.eval_every=0",
            *(f"--config.{k}={v}" for k, v in tiny_data.items())]
@@ -62,7 +62,7 @@ def test_the_merge_command_and_its_flags(tmp_path, tiny_pretrained):
     out = tmp_path / "merged"
     twin = tmp_path / "twin"  # a second run (one checkpoint twice is refused)
     shutil.copytree(tiny_pretrained, twin, ignore=shutil.ignore_patterns("LOCK"))
-    cmd = [sys.executable, "-m", "encoder.merge", f"--workdirs={tiny_pretrained},{twin}",
+    cmd = [sys.executable, "-m", "encoder", "merge", f"--workdirs={tiny_pretrained},{twin}",
            f"--out={out}", "--method=weighted", "--weights=1,3", "--tree=params"]
     env = child_env()
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)

@@ -1,4 +1,4 @@
-"""`encoder.data.prepare` as a user runs it: it writes only into a folder it owns, refuses
+"""`encoder prepare` as a user runs it: it writes only into a folder it owns, refuses
 before writing anything, never calls a half-made or damaged corpus valid, and says so in
 one line (issue 27). Folders are hashed before and after every refusal."""
 import json
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.e2e
 
 
 def prepare(*args, timeout=120):
-    return run_module("encoder.data.prepare", "--num_workers=1", *args, timeout=timeout)
+    return run_module("encoder", "prepare", "--num_workers=1", *args, timeout=timeout)
 
 
 def refused(rc, err, *words):

@@ -1,4 +1,4 @@
-"""python -m encoder.data.prepare killed midway resumes to the same manifest (the prepared
+"""python -m encoder prepare killed midway resumes to the same manifest (the prepared
 corpus itself: tests/data/test_prepare.py)."""
 import json
 import os
@@ -16,7 +16,7 @@ def _manifest_core(m):
 
 
 def _cli(folder, out, tok, *extra):
-    cmd = [sys.executable, "-m", "encoder.data.prepare", f"--input={folder}", f"--out={out}",
+    cmd = [sys.executable, "-m", "encoder", "prepare", f"--input={folder}", f"--out={out}",
            f"--tokenizer={tok}", "--num_workers=1", "--shard_mb=0.02", *extra]
     return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
@@ -40,4 +40,4 @@ def test_prepare_killed_midway_resumes_to_the_same_manifest(text_corpus, tmp_pat
     assert "prepared" in out and "train with: --config.data.train_files=" in out
     manifests = [json.load(open(tmp_path / d / "manifest.json")) for d in ("full", "killed")]
     assert _manifest_core(manifests[0]) == _manifest_core(manifests[1])
-    assert manifests[1]["command"].startswith("python -m encoder.data.prepare --input=")
+    assert manifests[1]["command"].startswith("python -m encoder prepare --input=")

@@ -27,7 +27,7 @@ def _losses(workdir):
 
 def _main(workdir, *extra, steps=30, checkpoint_every=10):
     env = child_env()
-    cmd = [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+    cmd = [sys.executable, "-m", "encoder", "run", "--config=experiments/pretrain.py:runlocal",
            f"--workdir={workdir}", f"--config.train.num_steps={steps}",
            "--config.train.log_every=1", "--config.train.eval_every=0",
            f"--config.train.checkpoint_every={checkpoint_every}", *extra]

@@ -21,8 +21,8 @@ def test_readme_finetuning_command_beats_the_majority_class(tmp_path, tiny_pretr
     README's recipe, 6 steps: pretraining's own commands are tested in test_pretrain_runs),
     fine-tuning exactly as written, at XLA's defaults."""
     pre, tasks, ft = tiny_pretrained, tmp_path / "tasks", tmp_path / "ft_topic"
-    _run("-m", "encoder.data.stdlib_tasks", "--out", str(tasks))
-    out = _run("-m", "encoder.main",
+    _run("-m", "encoder", "tasks", "--out", str(tasks))
+    out = _run("-m", "encoder", "run",
                "--config=experiments/finetune.py:task=classification,pooling=mean",
                f"--config.init_from={pre}",
                f"--config.data.train_file={tasks}/topic/train.jsonl",

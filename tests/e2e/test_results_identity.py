@@ -20,7 +20,7 @@ ABSL_INFO = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.M)
 
 
 def _suite(w, tasks, out):
-    return run_module("encoder.suite", f"--init_from={w}", f"--tasks={tasks}", "--only=topic",
+    return run_module("encoder", "suite", f"--init_from={w}", f"--tasks={tasks}", "--only=topic",
                       "--preset=runlocal", f"--workdir={out}", env=child_env(), timeout=600)
 
 
@@ -65,7 +65,7 @@ def test_bm25_on_qrels_of_another_corpus_is_refused(tmp_path):
     qrels.write_text("query-id\tcorpus-id\tscore\n" + "".join(
         f"q{i}\tother-{i}\t1\n" for i in range(4)))  # the ids of another corpus
     out = tmp_path / "out"
-    rc, _, err = run_module("encoder.suite", "--baseline=bm25", f"--tasks={task}",
+    rc, _, err = run_module("encoder", "suite", "--baseline=bm25", f"--tasks={task}",
                             f"--workdir={out}", "--preset=runlocal")
     one_line(rc, err, f"{qrels}:2: 4 of 4 relevant judgements name documents absent from "
                       f"{task / 'corpus.jsonl'} (first: 'other-0')")
@@ -74,14 +74,14 @@ def test_bm25_on_qrels_of_another_corpus_is_refused(tmp_path):
 
 def test_ablate_refuses_a_repeated_sweep_and_a_busy_study_in_one_line(tmp_path):
     study = tmp_path / "study"
-    rc, _, err = run_module("encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+    rc, _, err = run_module("encoder", "ablate", "--config=experiments/pretrain.py:runlocal",
                             "--sweep=model.position=rope", "--sweep=model.position=learned",
                             f"--workdir={study}")
     one_line(rc, err, "--sweep=model.position=... is given twice",
              "--sweep=model.position=rope,learned")
     assert not study.exists()
     with workdir_lib.Lock(str(study)):  # another ablate command on this folder, alive
-        rc, _, err = run_module("encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+        rc, _, err = run_module("encoder", "ablate", "--config=experiments/pretrain.py:runlocal",
                                 "--sweep=model.position=rope,learned", f"--workdir={study}")
         one_line(rc, err, f"{study} is in use by pid {os.getpid()}")
         assert os.listdir(study) == ["LOCK"]
@@ -89,12 +89,12 @@ def test_ablate_refuses_a_repeated_sweep_and_a_busy_study_in_one_line(tmp_path):
 
 def test_merge_prints_its_result_not_orbax_info(tiny_pretrained, tmp_path):
     out = tmp_path / "merged"
-    rc, stdout, err = run_module("encoder.merge", f"--workdirs={tiny_pretrained}",
+    rc, stdout, err = run_module("encoder", "merge", f"--workdirs={tiny_pretrained}",
                                  f"--out={out}")
     assert rc == 0, err[-2000:]
     assert not ABSL_INFO.search(err) and not ABSL_INFO.search(stdout), err[:2000]
     assert json.loads(stdout)["inputs"][0]["step"] == 6  # the result is all it prints
-    rc, _, err = run_module("encoder.merge", f"--workdirs={tiny_pretrained}",
+    rc, _, err = run_module("encoder", "merge", f"--workdirs={tiny_pretrained}",
                             f"--out={tmp_path / 'loud'}", "--verbosity=0")
     assert rc == 0 and ABSL_INFO.search(err)  # asked for: there
 

@@ -1,5 +1,5 @@
-"""`python -m encoder.retrieval.mine` with the imported MiniLM writes triples the
-contrastive task trains on as they are (encoder.main, cached step, Matryoshka dims)."""
+"""`python -m encoder mine` with the imported MiniLM writes triples the
+contrastive task trains on as they are (`encoder run`, cached step, Matryoshka dims)."""
 import json
 import os
 import subprocess
@@ -35,7 +35,7 @@ def test_mine_then_train_on_the_triples(tmp_path):
     pairs, out = tmp_path / "pairs.jsonl", tmp_path / "triples.jsonl"
     write_jsonl(pairs, _pairs())
     proc = subprocess.run(
-        [sys.executable, "-m", "encoder.retrieval.mine", f"--init_from=hf:{_minilm()}",
+        [sys.executable, "-m", "encoder", "mine", f"--init_from=hf:{_minilm()}",
          f"--pairs={pairs}", f"--out={out}", "--num_negatives=2", "--relative_margin=0.0",
          "--max_len=32"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -48,7 +48,7 @@ def test_mine_then_train_on_the_triples(tmp_path):
 
     wd = tmp_path / "wd"
     proc = subprocess.run(
-        [sys.executable, "-m", "encoder.main", "--config=experiments/finetune.py:task=contrastive",
+        [sys.executable, "-m", "encoder", "run", "--config=experiments/finetune.py:task=contrastive",
          f"--config.init_from=hf:{_minilm()}", f"--config.data.train_file={out}",
          f"--config.data.dev_file={pairs}", "--config.data.max_seq_len=32",
          "--config.train.batch_size=8", "--config.train.num_steps=2",

@@ -83,14 +83,14 @@ def _wait(predicate, timeout=300, what="", workdir=None, env=None, proc=None):
 def reference(tmp_path_factory, tiny_data, slurm):
     """One local process, 40 steps: the losses the SLURM runs must reproduce."""
     d = tmp_path_factory.mktemp("reference")
-    rc, out = _run(["encoder.main", *_pretrain_flags(tiny_data, 40), f"--workdir={d}"], slurm)
+    rc, out = _run(["encoder", "run", *_pretrain_flags(tiny_data, 40), f"--workdir={d}"], slurm)
     assert rc == 0, out
     return _losses(d)
 
 
 def test_two_srun_tasks_give_one_process_loss(tmp_path, tiny_data, slurm, reference):
     d = tmp_path / "two"
-    rc, out = _run(["encoder.main", *_pretrain_flags(tiny_data, 40), f"--workdir={d}",
+    rc, out = _run(["encoder", "run", *_pretrain_flags(tiny_data, 40), f"--workdir={d}",
                     "--launcher=slurm", "--slurm_tasks=2"], slurm)
     assert rc == 0, out
     assert "submitted batch job" in out and "(2 JAX processes on 1 node)" in out
@@ -107,7 +107,7 @@ def test_a_preempted_run_requeues_and_resumes_to_the_same_loss(tmp_path, tiny_da
     d = tmp_path / "preempted"
     # steps slowed by checkpointing every step, so the signals land mid-run
     proc = subprocess.Popen(
-        [sys.executable, "-m", "encoder.main", *_pretrain_flags(
+        [sys.executable, "-m", "encoder", "run", *_pretrain_flags(
             tiny_data, 40, "--config.train.checkpoint_every=1", "--config.train.keep_checkpoints=2"),
          f"--workdir={d}", "--launcher=slurm", "--slurm_signal_seconds=60"],
         cwd=ROOT, env=slurm, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -147,7 +147,7 @@ def test_a_preempted_run_requeues_and_resumes_to_the_same_loss(tmp_path, tiny_da
 
 
 def _ablate(workdir, tiny_data, env, *extra, sweep="train.learning_rate=1e-3,2e-3"):
-    return ["encoder.ablate", *_pretrain_flags(tiny_data, 4), f"--sweep={sweep}",
+    return ["encoder", "ablate", *_pretrain_flags(tiny_data, 4), f"--sweep={sweep}",
             "--seeds=1", f"--workdir={workdir}", *extra]
 
 
@@ -183,7 +183,7 @@ def test_an_ablation_and_its_suites_as_job_arrays_give_the_local_table(tmp_path,
 def test_a_failing_task_is_reported_and_a_killed_study_resumes_only_what_is_left(
         tmp_path, tiny_data, slurm):
     # three runs, one at a time; the second diverges (a NaN at step 2: exit 1)
-    study = ["encoder.ablate", *_pretrain_flags(tiny_data, 4), "--zip",
+    study = ["encoder", "ablate", *_pretrain_flags(tiny_data, 4), "--zip",
              "--sweep=train.debug_nan_at_step=-1,2,-2", "--sweep=train.learning_rate=1e-3,2e-3,3e-3",
              f"--workdir={tmp_path}", "--launcher=slurm", "--parallel=1"]
     # (a negative step is no NaN; the values differ: a sweep refuses repeats)

@@ -33,7 +33,7 @@ def test_a_killed_suite_takes_its_finetuning_run_with_it(tiny_pretrained, tmp_pa
     run_dir = out / "runs" / "topic" / "0.001" / "0"
     log = open(tmp_path / "suite.log", "w")
     study = subprocess.Popen(
-        [sys.executable, "-m", "encoder.suite", f"--init_from={tiny_pretrained}",
+        [sys.executable, "-m", "encoder", "suite", f"--init_from={tiny_pretrained}",
          f"--tasks={tasks}", f"--workdir={out}", "--preset=runlocal", "--epochs=500"],
         cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     child = None

@@ -1,4 +1,4 @@
-"""`python -m encoder.suite` on a task it cannot learn or score (issue 27): refused before
+"""`python -m encoder suite` on a task it cannot learn or score (issue 27): refused before
 the first run, one `error:` line naming the task and its file, exit 1, no folder left.
 (The checks themselves: tests/studies/test_suite_early_checks.py.)"""
 import json
@@ -17,7 +17,7 @@ def test_a_one_class_task_is_one_line_and_exit_1_before_any_run(tiny_pretrained,
     write_jsonl(tasks / "single" / "dev.jsonl", [{"text": "b", "label": "yes"},
                                                  {"text": "c", "label": "no"}])
     out = tmp_path / "out"
-    rc, stdout, stderr = run_module("encoder.suite", f"--init_from={tiny_pretrained}",
+    rc, stdout, stderr = run_module("encoder", "suite", f"--init_from={tiny_pretrained}",
                                     f"--tasks={tasks}", f"--workdir={out}",
                                     "--preset=runlocal", timeout=240,
                                     env=child_env())

@@ -51,7 +51,7 @@ def test_an_interrupted_suite_repeats_no_finished_run(tiny_pretrained, tmp_path)
     tasks = tmp_path / "tasks"
     topic_task(tasks / "topic", n_train=32, n_dev=16)
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "encoder.suite", f"--init_from={tiny_pretrained}",
+    cmd = [sys.executable, "-m", "encoder", "suite", f"--init_from={tiny_pretrained}",
            f"--tasks={tasks}", f"--workdir={out}", "--preset=runlocal", "--seeds=2"]
     first = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)

@@ -64,7 +64,7 @@ def test_a_second_launch_on_a_busy_workdir_says_who_holds_it(tiny_pretrained, tm
     wd = tmp_path / "wd"
     with workdir_lib.Lock(str(wd)):  # the first run, alive
         proc = subprocess.run(
-            [sys.executable, "-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+            [sys.executable, "-m", "encoder", "run", "--config=experiments/pretrain.py:runlocal",
              f"--workdir={wd}"], cwd=ROOT, capture_output=True, text=True, timeout=120,
             env=child_env())
         assert sorted(os.listdir(wd)) == [workdir_lib.LOCK]  # only the first run's lock

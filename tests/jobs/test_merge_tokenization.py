@@ -1,4 +1,4 @@
-"""encoder.merge compares what defines a tokenization, not the tokenizer file's bytes (issue
+"""`encoder merge` compares what defines a tokenization, not the tokenizer file's bytes (issue
 36: two runs of one config could never merge, their sp.model files recording the temporary
 paths they were trained from), and names the field where two tokenizations differ."""
 import os

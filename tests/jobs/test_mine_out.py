@@ -1,4 +1,4 @@
-"""encoder.retrieval.mine refuses what cannot work before it loads a model, and writes only
+"""`encoder mine` refuses what cannot work before it loads a model, and writes only
 a new file, an empty one or its own earlier output (issue 27, hostile pass: cases 48-56).
 The command itself: tests/e2e/test_hostile_commands.py."""
 import json

@@ -1,4 +1,4 @@
-"""encoder.ablate refuses what would drop or collide runs (issue 36): a second --sweep on
+"""`encoder ablate` refuses what would drop or collide runs (issue 36): a second --sweep on
 one field (the first's values never ran), and a second command on one study folder (each
 reported the other's runs as FAILED)."""
 import os

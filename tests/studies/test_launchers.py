@@ -60,7 +60,7 @@ def test_the_batch_script_runs_and_records_the_exit_status(tmp_path):
             assert done.returncode == rc
             assert json.loads(exit_file.read_text())["rc"] == rc
             exit_file.unlink()
-    assert "srun --kill-on-bad-exit=1 python-standin -m encoder.main" in (
+    assert "srun --kill-on-bad-exit=1 python-standin -m encoder run" in (
         tmp_path / "r" / "run.log").read_text()
 
 
@@ -111,7 +111,7 @@ def test_the_tpu_vm_command_starts_every_host():
     assert shlex.join(cmd) == (
         "gcloud compute tpus tpu-vm ssh v4-32 --zone=us-central2-b --project=lab --worker=all "
         "'--command=cd /home/me/encoder && source ~/venv/bin/activate && python3 -m "
-        "encoder.main --config=experiments/pretrain.py:size=base '\"'\"'--workdir=gs://b/run "
+        "encoder run --config=experiments/pretrain.py:size=base '\"'\"'--workdir=gs://b/run "
         "1'\"'\"' --config.distributed.coordinator_address=auto'")
     with pytest.raises(ValueError, match="needs --tpu and --zone"):
         tpu_vm.TpuVm().command([])

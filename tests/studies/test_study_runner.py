@@ -16,7 +16,7 @@ def test_a_job_config_file_holds_the_config_as_data(tmp_path):
     config = {"a": {"b": 1.5, "s": "it's ''' a \\ path"}, "t": [1, 2], "n": None, "f": True}
     path = jobconfig.write(str(tmp_path), config)
     assert jobconfig.read(str(tmp_path)) == config
-    # it is an experiment file encoder.main can load (config_flags' loader)
+    # it is an experiment file `encoder run` can load (config_flags' loader)
     loaded = jobconfig.load_experiment(path)
     assert loaded.to_dict() == config
     assert jobconfig.read(str(tmp_path / "nowhere")) is None

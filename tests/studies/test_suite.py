@@ -274,11 +274,11 @@ def test_ablate_plans_a_suite_job_per_pretraining_run(tmp_path, tiny_pretrained)
                              ["--preset=runlocal"])
     d = os.path.join(root, "runs", "pos=rope__seed0")
     assert run.name == "pos=rope__seed0/suite" and run.workdir == os.path.join(d, "suite_job")
-    assert run.config["mode"] == "suite"  # an encoder.main job: every launcher starts it
+    assert run.config["mode"] == "suite"  # an `encoder run` job: every launcher starts it
     assert run.inputs["source"]["init_from"] == d  # trained on since: the suite reruns
     assert run.inputs["source"]["step"] == 6
     cmd = suite_job.command(ml_collections.ConfigDict(run.config).suite)
-    assert cmd[1:3] == ["-m", "encoder.suite"] and cmd[-1] == "--preset=runlocal"
+    assert cmd[1:4] == ["-m", "encoder", "suite"] and cmd[-1] == "--preset=runlocal"
     assert f"--init_from={d}" in cmd and f"--workdir={d}/suite" in cmd
     # embedded: built once for the whole study, every suite and watcher reads it
     assert f"--tasks={root}/tasks" in cmd and os.path.isfile(os.path.join(root, "tasks",

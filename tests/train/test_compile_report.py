@@ -1,4 +1,4 @@
-"""encoder.bench --mode=compile: the train step compiled from shapes alone reports memory
+"""`encoder bench --mode=compile`: the train step compiled from shapes alone reports memory
 that adds up and FLOPs that agree with the analytic count (encoder/train/flops.py)."""
 import jax
 import pytest

@@ -1,10 +1,10 @@
 """The SLURM launcher: a study is one job array, a single run is one job of N JAX processes.
 
-    python -m encoder.ablate ... --launcher=slurm --slurm_partition=gpu --slurm_time=4:00:00
-    python -m encoder.main ... --launcher=slurm --slurm_tasks=8 --slurm_nodes=2
+    python -m encoder ablate ... --launcher=slurm --slurm_partition=gpu --slurm_time=4:00:00
+    python -m encoder run ... --launcher=slurm --slurm_tasks=8 --slurm_nodes=2
 
 Array task i runs run i (`--array=0-(n-1)%parallel` caps how many run at once);
-each task is `srun python -m encoder.main --config=WORKDIR/job_config.py`, whose
+each task is `srun python -m encoder run --config=WORKDIR/job_config.py`, whose
 srun tasks are the run's JAX processes (jax.distributed finds them through
 SLURM's environment: distributed.coordinator_address=auto when a run has more
 than one). The batch script writes the job's exit status into the run's
@@ -97,10 +97,10 @@ class Slurm:
     def job_lines(self, words: list[str], d: str, job_ref: str) -> list[str]:
         """Runs the job under srun, records its exit status; a stop by the preemption
         signal (exit 75) requeues the job instead (it resumes from its checkpoint).
-        words: encoder.main's flags and d: the workdir, both already shell words."""
+        words: `encoder run`'s flags and d: the workdir, both already shell words."""
         multi = ["--config.distributed.coordinator_address=auto"] if self.tasks > 1 else []
         cmd = " ".join(["srun", "--kill-on-bad-exit=1", shlex.quote(self.python), "-m",
-                        "encoder.main", *words, *multi])
+                        "encoder", "run", *words, *multi])
         return [
             f"mkdir -p {d}",
             f'echo "$(date +%s.%N) start of job $SLURM_JOB_ID on $(hostname)'
@@ -142,7 +142,7 @@ class Slurm:
         return "\n".join(lines) + "\n"
 
     def single_script(self, args: list[str], workdir: str, output: str) -> str:
-        """One run (encoder.main's own flags) as one job of `tasks` JAX processes."""
+        """One run (`encoder run`'s own flags) as one job of `tasks` JAX processes."""
         # the flags' relative paths mean what they meant where the command was typed
         lines = ["#!/bin/bash"] + self.header(self.job_name, output) + self.preamble(os.getcwd())
         return "\n".join(lines + self.job_lines([shlex.quote(a) for a in args],
@@ -294,7 +294,7 @@ class Slurm:
     # ------------------------------------------------------------ one job
 
     def run_job(self, args: list[str], workdir: str, log=print) -> int:
-        """encoder.main --launcher=slurm: submits one run, follows its log, returns its
+        """`encoder run --launcher=slurm`: submits one run, follows its log, returns its
         exit status (0 once submitted with --detach)."""
         workdir = os.path.abspath(workdir)
         os.makedirs(workdir, exist_ok=True)

@@ -1,11 +1,11 @@
 """The TPU VM launcher: every host of a Cloud TPU slice runs the same command over ssh.
 
-    python -m encoder.main ... --launcher=tpu_vm --tpu=NAME --zone=us-central2-b
+    python -m encoder run ... --launcher=tpu_vm --tpu=NAME --zone=us-central2-b
 
 builds (big_vision's and EasyLM's way of starting a pod slice)
 
     gcloud compute tpus tpu-vm ssh NAME --zone=ZONE [--project=P] --worker=all \\
-        --command='cd REPO && SETUP && python -m encoder.main FLAGS \\
+        --command='cd REPO && SETUP && python -m encoder run FLAGS \\
                    --config.distributed.coordinator_address=auto'
 
 where jax.distributed finds the slice's hosts by itself. A study runs its runs
@@ -42,13 +42,13 @@ class TpuVm:
     def remote(self, args: list[str]) -> str:
         """The shell line every host runs."""
         main = " ".join(shlex.quote(a) for a in [
-            self.python, "-m", "encoder.main", *args,
+            self.python, "-m", "encoder", "run", *args,
             "--config.distributed.coordinator_address=auto"])
         return " && ".join([f"cd {shlex.quote(self.repo)}"] + ([self.setup] if self.setup
                                                                else []) + [main])
 
     def command(self, args: list[str]) -> list[str]:
-        """The gcloud argv that starts `encoder.main args` on every host of the slice."""
+        """The gcloud argv that starts `encoder run args` on every host of the slice."""
         self.check()
         cmd = ["gcloud", "compute", "tpus", "tpu-vm", "ssh", self.tpu, f"--zone={self.zone}"]
         if self.project:

@@ -1,5 +1,5 @@
 """The downstream suite: a GLUE-style battery, an MTEB-style embedding benchmark and
-per-layer probes, run by `python -m encoder.suite` (encoder/commands/suite.py).
+per-layer probes, run by `python -m encoder suite` (encoder/commands/suite.py).
 
 presets.py    the conventions as data (seeds, learning-rate grids, epochs, averages)
 (the tasks themselves are encoder/tasks/: glue.py GLUE's files, labels and metrics;

@@ -1,4 +1,4 @@
-"""The suite's rows for a method with no model: `python -m encoder.suite --baseline=bow`.
+"""The suite's rows for a method with no model: `python -m encoder suite --baseline=bow`.
 
 Every task goes through the same files and report as a model's runs, so the two tables
 line up row for row. A fine-tuned task's predictor (its type's `baselines`, gathered in

@@ -1,6 +1,6 @@
 """The suite, start to finish: tasks -> data -> embeddings, probes, fine-tuning runs -> table.
 
-`run_suite(SuiteOptions(...))` is what `python -m encoder.suite` calls. Order:
+`run_suite(SuiteOptions(...))` is what `python -m encoder suite` calls. Order:
 find the tasks (or build the embedded ones), read the source model's width
 (presets depend on it), prepare each fine-tuned task's data, score the
 embedding tasks and (--probe) the per-layer probes in this process, then run

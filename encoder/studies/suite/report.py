@@ -9,7 +9,7 @@ standard deviation, min and max) and the per-metric medians at that rate.
 The average follows the preset's rule (presets.AVERAGES) over the tasks that
 have a score; the table says which are missing.
 
-Writes OUT/suite.json (everything, read by encoder.ablate --suite), suite.csv
+Writes OUT/suite.json (everything, read by `encoder ablate --suite`), suite.csv
 (one row per task), runs.csv (one row per run), suite.md and suite.png.
 
 Every score names what it scored: suite.json's `identity` holds the source checkpoint's
