@@ -1,2 +1,2 @@
-"""`python -m encoder.bench`: the `bench` command (encoder/commands/bench.py)."""
+"""`python -m encoder.bench`, the old name of `encoder bench`: says so, then runs it."""
 if __name__ == "__main__": from encoder.commands import launch; launch("bench")  # noqa: E701,E702

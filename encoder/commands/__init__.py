@@ -2,10 +2,9 @@
 once installed with `pip install -e .`).
 
 Each command is one module here: its flags, then one call into a job. COMMANDS is the
-table `python -m encoder` lists; the public module names of earlier releases
-(`python -m encoder.main`, `encoder.data.prepare`, ...) are one-line shims over
-`launch(NAME)` (ALIASES), so scripts that type them keep working: each says its new
-name in one line on stderr, then runs.
+table `python -m encoder` lists; the public module names of earlier releases (ALIASES)
+are one-line shims over `launch(NAME)`, so scripts that type them keep working: each
+says its new name in one line on stderr, then runs.
 """
 import importlib
 import sys
@@ -75,7 +74,7 @@ def launch(name: str, argv: list[str] | None = None) -> None:
 
 def _say_the_new_name(name: str) -> None:
     """One line on stderr when the program was started by an old module name (a shim of
-    ALIASES: `python -m encoder.main` is __main__ with that spec name)."""
+    ALIASES: `python -m OLD` runs the shim as __main__, with OLD as its spec's name)."""
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)
     if spec is not None and spec.name in ALIASES:
         print(f"note: `python -m {spec.name}` is now `python -m encoder {name}` "

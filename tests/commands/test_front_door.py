@@ -37,8 +37,13 @@ def test_the_front_door_lists_every_command_and_refuses_an_unknown_one():
 @pytest.mark.parametrize("name", ["merge", "tasks", "bench"])
 def test_a_kept_name_and_the_front_door_run_the_same_command(name, tmp_path):
     alias = next(a for a, c in commands.ALIASES.items() if c == name)
-    helps = [_run("-m", *m, "--helpshort")[1] for m in (["encoder", name], [alias])]
-    # bench: the benchmarks' flags, declared in benchmarks/ (hostile pass 42 #72)
+    runs = [_run("-m", *m, "--helpshort") for m in (["encoder", name], [alias])]
+    helps = [out for _, out, _ in runs]
+    # the old name says its new one first, in one line on stderr; the front door says nothing
+    assert runs[1][2].splitlines()[0] == (f"note: `python -m {alias}` is now "
+                                          f"`python -m encoder {name}` (or `encoder {name}`)")
+    assert "note:" not in runs[0][2]
+    # bench: the benchmarks' flags, declared in benchmarks/ (one file per benchmark)
     flag = {"merge": "--workdirs", "tasks": "--out", "bench": "--batch_size"}[name]
     assert flag in helps[0] and flag in helps[1]  # the command's own flags, both ways
     assert helps[0].split("flags:")[1] == helps[1].split("flags:")[1]
@@ -52,8 +57,8 @@ def test_a_kept_name_and_the_front_door_run_the_same_command(name, tmp_path):
 @pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="no /proc here")
 def test_the_kernel_knows_a_command_by_a_name_without_spaces():
     # absl names the process after argv[0], "encoder tasks"; SLURM's proctrack/linuxproc
-    # reads /proc/PID/stat by words and, on a space, never signals the run (stop 41's
-    # preempted runs ran on to their end)
+    # reads /proc/PID/stat by words and, on a space, never signals the run (preempted
+    # runs then ran on to their end)
     probe = ("import sys; from encoder import commands; import encoder.commands.tasks as t; "
              "t.main = lambda argv: print(open('/proc/self/comm').read().strip()); "
              "commands.launch('tasks', ['x', '--out=unused'])")
@@ -63,12 +68,12 @@ def test_the_kernel_knows_a_command_by_a_name_without_spaces():
 
 
 def test_dry_run_and_detach_are_refused_with_the_local_launcher(tmp_path):
-    # they would run everything (hostile pass 36 #76: a "dry run" ran four runs)
+    # with the local launcher they would run everything: a "dry run" once ran four runs
     for flag in ("--dry_run", "--detach"):
-        rc, _, err = _run("-m", "encoder.main", "--config=experiments/pretrain.py:runlocal",
+        rc, _, err = _run("-m", "encoder", "run", "--config=experiments/pretrain.py:runlocal",
                           f"--workdir={tmp_path / 'w'}", flag)
         assert rc == 1 and f"error: {flag} is for --launcher=slurm or tpu_vm" in err, err
-    rc, _, err = _run("-m", "encoder.ablate", "--config=experiments/pretrain.py:runlocal",
+    rc, _, err = _run("-m", "encoder", "ablate", "--config=experiments/pretrain.py:runlocal",
                       "--sweep=train.learning_rate=1e-3", f"--workdir={tmp_path / 's'}",
                       "--dry_run")
     assert rc == 1 and err.strip() == ("error: --dry_run is for --launcher=slurm or tpu_vm (it "
@@ -79,7 +84,7 @@ def test_dry_run_and_detach_are_refused_with_the_local_launcher(tmp_path):
 
 
 def test_an_empty_out_is_named():
-    """Hostile pass 43 #100: `tasks --out=` said only "No such file or directory"."""
+    """`tasks --out=` once said only "No such file or directory": the flag is named."""
     rc, _, err = _run("-m", "encoder", "tasks", "--out=")
     assert rc == 1 and err.strip() == "error: --out is empty: give the folder to write the " \
         "tasks into", err
