@@ -5,11 +5,13 @@ import sys
 
 from absl import flags
 
+from benchmarks import CHECKOUT
+
 FLAGS = flags.FLAGS
 
 
 # The accelerator benchmark, one run of each: 10-20 s of compile and a few seconds of steps
-# each on an H200 (stop 44: the whole plan in 3 min 27 s, installs included). Each entry: the flags of one
+# each on an H200 (the whole plan took 3 min 27 s there, installs included). Each entry: the flags of one
 # `python -m encoder bench` step-mode run.
 DEVICE_PLAN = [
     *[["--size=base", "--seq_len=128", "--batch_size=256", f"--attention_impl={impl}"]
@@ -40,7 +42,8 @@ def run():
     for flags_ in DEVICE_PLAN:
         cmd = [sys.executable, "-m", "encoder", "bench", *flags_, "--dtype=bfloat16",
                f"--steps={FLAGS.steps}", f"--warmup={FLAGS.warmup}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        # from the checkout: the plan names its recipes as experiments/NAME.py
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=CHECKOUT)
         lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
         rows = [row for row in lines if "implementation" in row]
         for row in lines:  # first, the kernels each layer kind took (printed once compiled)

@@ -5,6 +5,8 @@ import time
 
 from absl import flags
 
+from benchmarks import EXPERIMENTS
+
 flags.DEFINE_list("sizes_mb", ["25", "250", "2500"], "prepare: corpus sizes in MB")
 flags.DEFINE_list("workers", ["1", "2"], "prepare: worker counts to time")
 flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temporary folder)")
@@ -112,7 +114,7 @@ def run():
                                   "peak_rss_gb": m["peak_rss_gb"]}), flush=True)
             work = f"{root}/run-{size:g}"
             shutil.rmtree(work, ignore_errors=True)
-            m = _measure([py, "-m", "encoder", "run", "--config=experiments/pretrain.py",
+            m = _measure([py, "-m", "encoder", "run", f"--config={EXPERIMENTS}/pretrain.py",
                           f"--workdir={work}", f"--config.data.train_files={out}",
                           "--config.train.num_steps=2", "--config.train.log_every=1",
                           "--config.train.eval_every=0", "--config.train.progress=false"],

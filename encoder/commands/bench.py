@@ -59,7 +59,6 @@ Corpus preparation at scale:
   prepared corpus, and batches/s read back from it. Runs subprocesses; the
   corpora stay in --bench_dir (default: a temporary folder, removed).
 """
-import os
 import sys
 
 from absl import flags
@@ -67,10 +66,10 @@ from absl import flags
 from encoder import errors
 from encoder.commands.one_line import one_line_errors
 
-# benchmarks/ sits beside encoder/ (outside the library): each declares its own flags
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from benchmarks import compile as compile_bench  # noqa: E402
-from benchmarks import device, pipeline, prepare, step  # noqa: E402
+# benchmarks/ sits beside encoder/ (outside the library, installed with it by pyproject's
+# packages.find): each benchmark declares its own flags
+from benchmarks import compile as compile_bench
+from benchmarks import device, pipeline, prepare, step
 
 MODES = {"step": step, "pipeline": pipeline, "prepare": prepare, "compile": compile_bench,
          "device": device}
