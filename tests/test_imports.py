@@ -18,6 +18,7 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
     "encoder.errors": 0,       # user-facing errors, the one-line wrapper, owned output folders
     "encoder.tether": 0,       # child processes that end with their parent (studies, jobs)
     "encoder.config": 1,       # the pretraining config as plain data
+    "encoder.ranges": 1,       # every numeric field's range, and the rules between fields
     "encoder.data": 2, "encoder.model": 2,
     "encoder.objectives": 3,   # the training games and the pretraining step's pieces
     "encoder.eval": 4,         # metrics and evaluators over arrays and apply functions

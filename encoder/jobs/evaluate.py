@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from encoder import errors, config as config_lib
+from encoder import errors, config as config_lib, ranges
 from encoder.checkpoints import sources
 from encoder.data import pipeline
 from encoder.eval import evaluators, identity, pseudo_perplexity
@@ -34,6 +34,7 @@ def _own_output(workdir: str, kind: str) -> None:
 
 
 def embed(config, workdir: str) -> dict:
+    ranges.check(config)  # every number in its range, first (encoder/ranges.py)
     if not config.data.input_file:
         raise ValueError("embed needs --config.data.input_file (one text per line)")
     models.validate_pooling(config.pooling)
@@ -134,6 +135,7 @@ def _held_out(config, p, proto: dict):
 
 
 def evaluate(config, workdir: str) -> dict:
+    ranges.check(config)  # every number in its range, first (encoder/ranges.py)
     _own_output(workdir, "evaluate")  # before the model is read
     return _evaluate(config, workdir)
 

@@ -49,7 +49,7 @@ import os
 
 import numpy as np
 
-from encoder import config as config_lib, errors
+from encoder import config as config_lib, errors, ranges
 from encoder.eval import identity
 from encoder.studies import jobconfig, records, report, runner, stats
 from encoder.train import flops
@@ -181,6 +181,7 @@ def plan(base, variants: list[dict], seeds: int, equal_flops: bool) -> list[dict
     runs, budget = [], None
     for variant in variants:
         config = apply_variant(base, variant)
+        ranges.check(config, f"variant {variant_name(variant)!r}")  # before it is sized
         fps = flops.config_train_flops_per_step(config)
         if equal_flops:
             if config.get("phases"):

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import optax
 
+from encoder import ranges
 from encoder.train import schedules, workdir as workdir_lib
 
 # section -> the fields a phase may set (each keeps the parameters' shapes)
@@ -256,6 +257,8 @@ def plan(config) -> Plan:
     if len(set(names)) != len(names):
         raise ValueError(f"phase names must be distinct, got {names}")
     configs = [phase_config(config, p) for p in dicts]
+    for p, c in (zip(dicts, configs) if declared(config) else ()):  # each phase as it runs
+        ranges.check(c, f"phase {p['name']!r}", whole_run=False)
     phases, start, tokens = [], 0, 0
     for i, (p, c) in enumerate(zip(dicts, configs)):
         t = c.train
