@@ -325,3 +325,75 @@ def finalize(config: ml_collections.ConfigDict, arg: str | None,
         apply_options(config, {k: v for k, v in options.items() if k in KEPT_BY_RUNLOCAL},
                       OPTIONS)
     return apply_options(config, after, after_runlocal or {})
+
+
+# ------------------------------------------------------------ phases, as plain data
+# What a recipe states about its phases (encoder/train/phases.py plans them into steps):
+# here so that an experiment file needs nothing but this module.
+
+# section -> the fields a phase may set (each keeps the parameters' shapes)
+PHASE_FIELDS = {
+    "train": ("learning_rate", "warmup_steps", "schedule", "end_learning_rate_fraction",
+              "decay_shape", "decay_steps", "decay_fraction", "batch_size", "grad_accum_steps",
+              "batch_warmup_tokens", "batch_warmup_start", "batch_warmup_increment"),
+    "data": ("seq_len", "train_files", "valid_files", "one_doc_per_line", "valid_fraction"),
+    "model": ("rope_theta", "local_rope_theta", "attention_impl", "remat"),
+    "masking": ("rate", "mask_prob", "random_prob", "span_p", "mode"),
+}
+
+
+def wsd_phases(stable: int, decay: int, shape: str = "linear", stable_extra: dict | None = None,
+               decay_extra: dict | None = None) -> tuple:
+    """Warmup-stable-decay as phases: `stable` steps at the constant peak (after the
+    recipe's warmup), then (decay > 0) `decay` steps down along `shape`. One stable run's
+    checkpoint at step S starts the decay of every budget S + D (experiments/wsd.py,
+    `encoder ablate --wsd_budgets`). *_extra: more of a phase's fields (its masking, say)."""
+    out = (dict(name="stable", steps=int(stable), train=dict(schedule="constant"),
+                **(stable_extra or {})),)
+    if decay:
+        out += (dict(name="decay", steps=int(decay), train=dict(
+            schedule="wsd", warmup_steps=0, decay_fraction=1.0, decay_shape=shape),
+            **(decay_extra or {})),)
+    return out
+
+
+def declared_phases(config) -> list[dict]:
+    """The phases as plain dicts (a config read back from JSON holds lists of dicts)."""
+    out = []
+    for i, p in enumerate(config.get("phases", ()) or ()):
+        if hasattr(p, "to_dict"):
+            p = p.to_dict()
+        if not isinstance(p, dict):
+            raise ValueError(f"phases[{i}]: expected a dict such as dict(name='decay', "
+                             f"steps=100, train=dict(learning_rate=1e-4)), got {p!r}")
+        out.append(dict(p))
+    return out
+
+
+def is_number(v) -> bool:
+    """An int or a float, not a bool (True is an int to Python, never a count here)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def phase_config(config, p: dict):
+    """The base config with phase p's fields laid over it (phases emptied). A value is
+    checked against the field's type: an integer field takes a whole number (2.5 rows is
+    refused, not rounded), a float field a number, anything else the field's own type."""
+    c = config.copy_and_resolve_references()
+    c.phases = ()
+    where = f"phase {p.get('name', '?')!r}"
+    for section in PHASE_FIELDS:
+        for k, v in (p.get(section) or {}).items():
+            old = c[section][k]
+            if isinstance(old, bool) or not isinstance(old, (int, float)):
+                try:
+                    c[section][k] = v
+                except (TypeError, ValueError) as e:
+                    raise ValueError(f"{where}: {section}.{k}={v!r}: {e}") from None
+                continue
+            if not is_number(v) or (isinstance(old, int) and v != int(v)):
+                kind = "a whole number" if isinstance(old, int) else "a number"
+                raise ValueError(f"{where}: {section}.{k}={v!r} must be {kind} (the field's "
+                                 f"default is {old!r})")
+            c[section][k] = type(old)(v)
+    return c

@@ -22,7 +22,6 @@ import os
 from ml_collections.config_dict import placeholder
 
 from encoder import config as config_lib
-from encoder.train import phases as phases_lib
 
 # what a continuation trains by default: a short constant-then-decay run at a modest rate
 DEFAULT_TRAIN = dict(num_steps=1000, learning_rate=1e-4, warmup_steps=50, schedule="wsd",
@@ -54,7 +53,7 @@ def _recipe_phase(recipe: str, phase: str):
     if config.get("mode", "pretrain") != "pretrain":
         raise ValueError(f"recipe={recipe!r}: experiments/{recipe}.py is a {config.mode} "
                          f"experiment, not a pretraining recipe; recipes: {', '.join(recipes())}")
-    declared = [p.get("name") for p in phases_lib.declared(config)]
+    declared = [p.get("name") for p in config_lib.declared_phases(config)]
     if not config.get("phases"):
         if phase not in ("", "main"):
             raise ValueError(f"recipe={recipe!r} has no phases; give no phase=")
@@ -62,8 +61,8 @@ def _recipe_phase(recipe: str, phase: str):
     if phase not in declared:
         raise ValueError(f"recipe={recipe!r}: no phase {phase!r}; its phases: "
                          f"{', '.join(declared)}")
-    p = next(p for p in phases_lib.declared(config) if p.get("name") == phase)
-    single = phases_lib.phase_config(config, p)
+    p = next(p for p in config_lib.declared_phases(config) if p.get("name") == phase)
+    single = config_lib.phase_config(config, p)
     return single, dict(p.get("model") or {})
 
 

@@ -15,7 +15,6 @@ stable_masking=0.3). The stable phase is constant after experiments/pretrain.py'
 its first N steps are the same in every run.
 """
 from encoder import config as config_lib
-from encoder.train import phases
 from experiments import pretrain
 
 
@@ -30,6 +29,6 @@ def get_config(arg=None):
     masking = {k: dict(masking=dict(rate=float(options.pop(f"{k}_masking"))))
                if f"{k}_masking" in options else {} for k in ("stable", "decay")}
     config.train.optimizer = optimizer
-    config.phases = phases.wsd_phases(stable, decay, shape, masking["stable"], masking["decay"])
+    config.phases = config_lib.wsd_phases(stable, decay, shape, masking["stable"], masking["decay"])
     rest = ",".join(k if v is True else f"{k}={v}" for k, v in options.items())
     return config_lib.finalize(config, rest)

@@ -118,3 +118,61 @@ def test_an_explicit_step_count_survives_runlocal():
     assert exp.get_config("steps=5,runlocal").train.num_steps == 5
     assert exp.get_config("runlocal,steps=7").train.num_steps == 7
     assert exp.get_config("runlocal").train.num_steps == 20
+
+
+# What an experiment file may import: the config modules (plain data), other experiment
+# files, and what they are written in. A name here maps to why it is allowed.
+PLAIN = {"encoder.config", "encoder.finetune.config", "ml_collections", "experiments",
+         "importlib", "os", "math"}
+# pretrain.py's evals= option expands suite task names through the evaluator table of
+# encoder/jobs/evals.py (which imports no jax: the loading test below holds that); it
+# leaves this list when that table's declaration half moves into encoder/config.py
+BEYOND_PLAIN = {"pretrain": {"encoder.jobs"}}
+HEAVY = ("jax", "jaxlib", "optax", "flax", "orbax", "grain", "numpy", "torch")
+
+
+def _imports(path: str) -> set[str]:
+    import ast
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_an_experiment_file_imports_only_the_config(name):
+    allowed = PLAIN | BEYOND_PLAIN.get(name, set())
+    beyond = sorted(m for m in _imports(os.path.join(ROOT, "experiments", f"{name}.py"))
+                    if not any(m == a or m.startswith(a + ".") for a in allowed))
+    assert not beyond, f"experiments/{name}.py imports {beyond}: a recipe is plain data"
+
+
+def test_every_experiment_loads_without_jax():
+    """Each experiment file is loaded and its config built (as given and at runlocal) in a
+    process of its own, one after another: the first that brings in jax, optax, flax (or
+    numpy) is named."""
+    import json
+    import subprocess
+    import sys
+    code = f"""
+import importlib, json, sys
+heavy = {HEAVY!r}
+for name in {ALL!r}:
+    module = importlib.import_module("experiments." + name)
+    for arg in (None, "runlocal"):
+        module.get_config(arg)
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in heavy)
+    if loaded:
+        print(json.dumps([name, loaded[:5]]))
+        break
+else:
+    print(json.dumps([None, []]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": ROOT}, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert first is None, f"loading experiments/{first}.py brought in {loaded}"

@@ -52,17 +52,13 @@ import numpy as np
 import optax
 
 from encoder import ranges
+# what a recipe states about its phases is plain data, in encoder/config.py (experiment
+# files import nothing else); these names stay here for the code that plans them
+from encoder.config import PHASE_FIELDS, phase_config, wsd_phases
+from encoder.config import declared_phases as declared
+from encoder.config import is_number as _number
 from encoder.train import schedules, workdir as workdir_lib
 
-# section -> the fields a phase may set (each keeps the parameters' shapes)
-PHASE_FIELDS = {
-    "train": ("learning_rate", "warmup_steps", "schedule", "end_learning_rate_fraction",
-              "decay_shape", "decay_steps", "decay_fraction", "batch_size", "grad_accum_steps",
-              "batch_warmup_tokens", "batch_warmup_start", "batch_warmup_increment"),
-    "data": ("seq_len", "train_files", "valid_files", "one_doc_per_line", "valid_fraction"),
-    "model": ("rope_theta", "local_rope_theta", "attention_impl", "remat"),
-    "masking": ("rate", "mask_prob", "random_prob", "span_p", "mode"),
-}
 PHASE_KEYS = ("name", "steps", "tokens") + tuple(PHASE_FIELDS)
 STREAM_SEED_STRIDE = 1000
 
@@ -137,38 +133,6 @@ class Plan:
         return out
 
 
-def wsd_phases(stable: int, decay: int, shape: str = "linear", stable_extra: dict | None = None,
-               decay_extra: dict | None = None) -> tuple:
-    """Warmup-stable-decay as phases: `stable` steps at the constant peak (after the
-    recipe's warmup), then (decay > 0) `decay` steps down along `shape`. One stable run's
-    checkpoint at step S starts the decay of every budget S + D (experiments/wsd.py,
-    `encoder ablate --wsd_budgets`). *_extra: more of a phase's fields (its masking, say)."""
-    out = (dict(name="stable", steps=int(stable), train=dict(schedule="constant"),
-                **(stable_extra or {})),)
-    if decay:
-        out += (dict(name="decay", steps=int(decay), train=dict(
-            schedule="wsd", warmup_steps=0, decay_fraction=1.0, decay_shape=shape),
-            **(decay_extra or {})),)
-    return out
-
-
-def declared(config) -> list[dict]:
-    """The phases as plain dicts (a config read back from JSON holds lists of dicts)."""
-    out = []
-    for i, p in enumerate(config.get("phases", ()) or ()):
-        if hasattr(p, "to_dict"):
-            p = p.to_dict()
-        if not isinstance(p, dict):
-            raise ValueError(f"phases[{i}]: expected a dict such as dict(name='decay', "
-                             f"steps=100, train=dict(learning_rate=1e-4)), got {p!r}")
-        out.append(dict(p))
-    return out
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _check_phase(i: int, p: dict) -> None:
     where = f"phases[{i}] ({p.get('name', '?')!r})"
     unknown = sorted(set(p) - set(PHASE_KEYS))
@@ -193,30 +157,6 @@ def _check_phase(i: int, p: dict) -> None:
             raise ValueError(f"{where}: {section}.{bad[0]} cannot change in a phase (it changes "
                              f"the model or the optimizer's state); a phase may set "
                              f"{section}.{{{', '.join(fields)}}}")
-
-
-def phase_config(config, p: dict):
-    """The base config with phase p's fields laid over it (phases emptied). A value is
-    checked against the field's type: an integer field takes a whole number (2.5 rows is
-    refused, not rounded), a float field a number, anything else the field's own type."""
-    c = config.copy_and_resolve_references()
-    c.phases = ()
-    where = f"phase {p.get('name', '?')!r}"
-    for section in PHASE_FIELDS:
-        for k, v in (p.get(section) or {}).items():
-            old = c[section][k]
-            if isinstance(old, bool) or not isinstance(old, (int, float)):
-                try:
-                    c[section][k] = v
-                except (TypeError, ValueError) as e:
-                    raise ValueError(f"{where}: {section}.{k}={v!r}: {e}") from None
-                continue
-            if not _number(v) or (isinstance(old, int) and v != int(v)):
-                kind = "a whole number" if isinstance(old, int) else "a number"
-                raise ValueError(f"{where}: {section}.{k}={v!r} must be {kind} (the field's "
-                                 f"default is {old!r})")
-            c[section][k] = type(old)(v)
-    return c
 
 
 def warmup_rows(train_cfg, seq_len: int, micro: int, budget_steps: int | None = None) -> tuple:
