@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 38's two studies on one lent GPU, in one command from the repository root:
+# Two studies on one lent GPU, in one command from the repository root:
 #   bash benchmarks/device_study.sh     (STEPS, EVERY, SEEDS, ABLATE_S, SUITE_S to change them)
 # 1. MLM against RTD at equal FLOPs (the main job's tiny model at STEPS MLM steps), SEEDS
 #    seeds an arm, all runs at once on the one GPU, the suite's frozen tasks and probes

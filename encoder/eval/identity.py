@@ -1,5 +1,5 @@
 """What a score scored: the identity of a checkpoint and of data files, cheap enough to take
-for every score (issue 36: a suite rerun reported a step-20 score as the step-60 model's).
+for every score (else a suite rerun can report a step-20 score as the step-60 model's).
 
 `source_identity(init_from)` names a model as every job loads it (encoder/checkpoints/
 sources.py), without loading it:

@@ -66,7 +66,7 @@ def embed(config, workdir: str) -> dict:
 
 
 # The held-out protocol: what is masked and how rows are read, the same whatever kind of
-# source the model came in (issue 36: a workdir brought its own objective settings, e.g.
+# source the model came in (once a workdir brought its own objective settings, e.g.
 # ModernBERT's 30% masking, a params folder BERT's; one model's parameters scored MLM
 # accuracy 0.0158 as a workdir and 0.0176 as the params folder averaged from it). BERT's
 # corruption (Devlin et al. 2019 §3.1) unless the config's eval.masking says otherwise.

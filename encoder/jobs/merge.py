@@ -133,7 +133,7 @@ def parse_weights(weights: str, method: str, n: int) -> list[float]:
 # ------------------------------------------------------------------ tokenization
 # What defines a tokenization, not the file's bytes: a sentencepiece .model also records
 # how it was trained (the temporary input file's path, the thread count), so two runs of
-# one config never had byte-identical models although their pieces are (issue 36).
+# one config never have byte-identical models although their pieces are the same.
 
 def _find_ema(opt_state, params):
     """The EMA tree inside a restored optimizer state (any container form), or None."""

@@ -110,7 +110,7 @@ def touched_fields(base, field: str, values: list) -> set:
 def check_sweeps(sweeps: list[tuple[str, list]], base=None) -> None:
     """One --sweep per config field: a second on the same field (or an option that sets the
     same field, e.g. position and model.position) would silently override the first, so
-    the first's variants would never run (issue 36: rope was dropped from the table)."""
+    the first's variants would never run (a rope variant once vanished from the table)."""
     seen: dict = {}
     for field, values in sweeps:
         if field.startswith(("evals.", "config.evals.", "evals:")) or field == "evals":
@@ -311,8 +311,8 @@ def watch_runs(planned: list[dict], root: str, tasks: str, extra: list) -> list:
 
 
 def watch_line(study) -> str:
-    """What each watcher runs on every checkpoint, said before the first starts (issue 36:
-    --watch alone fine-tuned the whole default suite on each checkpoint, unsaid)."""
+    """What each watcher runs on every checkpoint, said before the first starts
+    (--watch alone once fine-tuned the whole default suite on each checkpoint, unsaid)."""
     args = list(study.suite_args)
     tasks = study.suite if study.suite and study.suite != "embedded" else "the embedded suite"
     line = (f"watchers: encoder suite --watch=RUN {' '.join(args)} on each checkpoint "
@@ -474,7 +474,7 @@ def mixed_protocols(rows: list[dict]) -> list[str]:
 def check_protocols(planned: list[dict], root: str) -> None:
     """Refuses a study whose declared evaluators changed options since its runs scored
     them: the finished runs would be skipped with their old scores and ranked beside new
-    ones (issue 36), before anything is launched."""
+    ones; refused before anything is launched."""
     from encoder.jobs import evals as evals_lib
     for r in planned:
         if not r["config"].get("evals"):
@@ -491,7 +491,7 @@ def check_protocols(planned: list[dict], root: str) -> None:
 
 def check_equal_flops(sweeps: list[tuple[str, list]], base) -> None:
     """--equal_flops sets each variant's train.num_steps: a sweep that sets it too would be
-    overridden in silence (issue 36: num_steps=4,8 both trained 4 steps)."""
+    overridden in silence (num_steps=4,8 once trained both for 4 steps)."""
     for field, values in sweeps:
         if "train.num_steps" in touched_fields(base, field, values):
             raise errors.UsageError(
@@ -685,7 +685,7 @@ def check(study: Study) -> None:
     if study.seeds < 1 or study.parallel < 1:
         raise errors.UsageError(f"--seeds and --parallel must be at least 1, got {study.seeds} "
                                 f"and {study.parallel}")
-    if study.suite and study.suite != "embedded":  # before any run trains (issue 36)
+    if study.suite and study.suite != "embedded":  # before any run trains, not after
         from encoder.tasks import catalog
         try:
             catalog.discover(study.suite)
@@ -727,7 +727,7 @@ def run_study(study: Study, launcher) -> None:
             raise errors.UsageError(str(e)) from None
     check_protocols(planned, root)
     # Two commands on one study would each start, skip or move aside the other's runs and
-    # report them FAILED while they run (issue 36): the second is refused here, untouched.
+    # report them FAILED while they run: the second is refused here, untouched.
     with Lock(root):
         errors.mark_output(root, "ablate")
         _run_planned(study, launcher, root, stables, planned)

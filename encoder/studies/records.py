@@ -5,8 +5,8 @@
                            identity of the model it starts from (step, content hash) and
                            of its data files (encoder/eval/identity.py), written with
                            job_config.py; a done or checkpointed run whose inputs changed
-                           since is stale (issue 36: a suite reused step-20 scores for a
-                           model trained on to step 60 at the same path)
+                           since is stale (else a suite would reuse step-20 scores for
+                           a model trained on to step 60 at the same path)
     WORKDIR/run.json       written by the job: its identity, and `finished` once it ends
                            (encoder/train/workdir.py record_finished)
     WORKDIR/LOCK           held while the job runs (host, pid)

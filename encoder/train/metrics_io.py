@@ -16,7 +16,7 @@ def _summary_writer_class():
     torch tensors; this writer passes Python floats. Hiding torch for that one import
     (a None entry in sys.modules makes `import torch` raise ImportError, which tensorboardX
     catches) saves every job about 3 s of start-up where torch is installed (BUILD_NOTES,
-    "Test suite", stop 32). A torch imported before stays as it is.
+    "Test suite time"). A torch imported before stays as it is.
     """
     hide = "torch" not in sys.modules
     if hide:

@@ -259,8 +259,8 @@ class Slurm:
         Not at once, though: RELEASE_GRACE_S after it is first seen pending. A job made
         eligible in the second its requeue revoked the old instance's credential (the old
         batch script still exiting) is started and killed at once by slurmd, "Killing
-        non-startable batch JobId=2: Job credential revoked", and ends FAILED: stop 42's CI
-        failure, seen in slurmctld.log at stop 44."""
+        non-startable batch JobId=2: Job credential revoked", and ends FAILED (a CI failure,
+        read in slurmctld.log)."""
         now = clock()
         for index, task in tasks.items():
             ref = f"{job}_{index}" if index else job
