@@ -60,6 +60,74 @@ class Stopped(UserFacing):
     75), like a clean stop, so a scheduler requeues it (see train.loop.stopped_instead)."""
 
 
+class NonFinite(UserFacing, FloatingPointError):
+    """A figure of the run became NaN or infinite (a loss, a gradient, a held-out figure,
+    a source's tensors): the run stops in one line naming where, and the likely causes."""
+
+
+# Why a run's numbers stop being finite, most likely first: what goes in (a source's
+# weights, the data's targets) makes every step non-finite from the start; step sizes
+# (rate, warmup, clipping) make a run diverge after some steps.
+NON_FINITE_CAUSES = (
+    "non-finite inputs or weights (init_from's tensors, a task file's targets)",
+    "too high a learning rate (train.learning_rate)",
+    "too short a warmup (train.warmup_steps)",
+    "no gradient clipping (train.clip_norm=0) or a loose one",
+)
+
+
+def non_finite(what: str, value, step: int, last_checkpoint: int | None, workdir: str,
+               causes: tuple = NON_FINITE_CAUSES) -> NonFinite:
+    """The one line that stops a run whose `what` (loss, gradient norm, eval/mlm_loss) is
+    `value` (NaN, inf) at `step`: the checkpoint a restart would take, then the causes."""
+    kept = (f"The last good checkpoint (step {last_checkpoint}) in {workdir} is intact"
+            if last_checkpoint is not None else f"No checkpoint was saved before it in "
+            f"{workdir}")
+    likely = "; ".join(f"{i}) {c}" for i, c in enumerate(causes, 1))
+    return NonFinite(f"non-finite {what} ({value}) at step {step}; stopping. {kept}. "
+                     f"Likely causes, most likely first: {likely}")
+
+
+def first_non_finite(row: dict) -> tuple[str, float] | None:
+    """(name, value) of the first number in a metrics row that is NaN or infinite."""
+    import math
+    for k, v in row.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isfinite(v):
+            return k, v
+    return None
+
+
+def stop_if_non_finite(row: dict, step: int, workdir: str,
+                       last_checkpoint: int | None = None) -> None:
+    """Raises non_finite for the first NaN or infinite figure of a metrics row (a
+    source's held-out figures before its first step here: its weights are the cause)."""
+    bad = first_non_finite(row)
+    if bad is not None:
+        raise non_finite(bad[0], bad[1], step, last_checkpoint, workdir)
+
+
+def non_finite_source(source: str, bad: list[tuple[str, str]], total: int) -> NonFinite:
+    """The refusal of a source whose tensors hold NaN or infinity: bad is (tensor name,
+    what it holds) for each such tensor, total the tensors read."""
+    shown = "; ".join(f"{name}: {what}" for name, what in bad[:4])
+    more = f" (+{len(bad) - 4} more)" if len(bad) > 4 else ""
+    return NonFinite(f"{source}: {len(bad)} of {total} tensors hold non-finite values "
+                     f"({shown}{more}): a model computed from them is NaN from its first "
+                     "step; use a checkpoint from before the run diverged, or convert the "
+                     "model again")
+
+
+def non_finite_counts(array) -> str:
+    """'3 NaN, 1 inf of 4096 values' for an array holding any; '' when all are finite."""
+    import numpy as np
+    a = np.asarray(array)
+    if a.dtype.kind not in "fc" or bool(np.isfinite(a).all()):
+        return ""
+    nan, inf = int(np.isnan(a).sum()), int(np.isinf(a).sum())
+    parts = [f"{nan} NaN" if nan else "", f"{inf} inf" if inf else ""]
+    return f"{', '.join(p for p in parts if p)} of {a.size} values"
+
+
 class NotOurs(UserFacing, ValueError):
     """An output folder this command did not write: it is never written into or deleted."""
 

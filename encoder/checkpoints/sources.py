@@ -21,6 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from encoder import errors
 from encoder.checkpoints import store
 from encoder.data import tokenizer as tokenizer_lib
 from encoder.eval import identity
@@ -102,7 +103,47 @@ def check_init_fields(config) -> None:
 
 def load(init_from: str) -> Pretrained:
     """Resolves any source this codebase writes or imports (a pretraining workdir's
-    checkpoint at a step: WORKDIR@STEP); errors name what was expected."""
+    checkpoint at a step: WORKDIR@STEP); errors name what was expected. A source whose
+    tensors hold NaN or infinity is refused, naming them (an HF folder's by their HF
+    names, encoder/interop/hf.py)."""
+    p = _load(init_from)
+    if p.kind != "hf":
+        check_finite(init_from, p.params)
+    return p
+
+
+def check_finite(source: str, params) -> None:
+    """Refuses parameters holding NaN or infinity, naming each such tensor by its path."""
+    import jax.numpy as jnp
+    leaves = jax.tree_util.tree_leaves_with_path(params)
+    bad = []
+    for path, x in leaves:
+        if not bool(jnp.all(jnp.isfinite(x))):  # on the device: a host copy only when bad
+            name = "/" + "/".join(str(getattr(k, "key", k)) for k in path)
+            bad.append((name, errors.non_finite_counts(np.asarray(x))))
+    if bad:
+        raise errors.non_finite_source(f"init_from {source}", bad, len(leaves))
+
+
+def _run_config(init_from: str):
+    """A workdir's run config (its config.json), refused when the folder is not a workdir
+    of this codebase: the one resolver every job and export read a source's config with."""
+    config_path = os.path.join(init_from, "config.json")
+    if not os.path.exists(config_path):
+        raise FileNotFoundError(f"init_from={init_from!r}: expected a workdir with config.json, "
+                                "a params folder (model_config.json + params/), or hf:DIR")
+    raw = _read_json(config_path)
+    if "model_type" in raw or "architectures" in raw:
+        raise FileNotFoundError(f"init_from={init_from!r} is a HuggingFace folder: use "
+                                f"hf:{init_from}")
+    if "model" not in raw:
+        raise FileNotFoundError(f"init_from={init_from!r}: its config.json is not a run config "
+                                "of this codebase (no 'model'); a workdir from an older "
+                                "version? re-run the job that wrote it")
+    return ml_collections.ConfigDict(raw)
+
+
+def _load(init_from: str) -> Pretrained:
     init_from, step = split_step(init_from)
     if step is not None and (not os.path.isdir(init_from) or store.is_params_folder(init_from)):
         raise ValueError(f"init_from={init_from}@{step}: @STEP names a checkpoint of a "
@@ -118,19 +159,7 @@ def load(init_from: str) -> Pretrained:
     if store.is_params_folder(init_from):
         cfg, params = store.load_params(init_from)
         return Pretrained(cfg, params, _tokenizer_in(init_from), kind="params")
-    config_path = os.path.join(init_from, "config.json")
-    if not os.path.exists(config_path):
-        raise FileNotFoundError(f"init_from={init_from!r}: expected a workdir with config.json, "
-                                "a params folder (model_config.json + params/), or hf:DIR")
-    raw = _read_json(config_path)
-    if "model_type" in raw or "architectures" in raw:
-        raise FileNotFoundError(f"init_from={init_from!r} is a HuggingFace folder: use "
-                                f"hf:{init_from}")
-    if "model" not in raw:
-        raise FileNotFoundError(f"init_from={init_from!r}: its config.json is not a run config "
-                                "of this codebase (no 'model'); a workdir from an older "
-                                "version? re-run the job that wrote it")
-    run = ml_collections.ConfigDict(raw)
+    run = _run_config(init_from)
     if run.get("mode", "pretrain") == "finetune":
         return _finetuned(init_from, run)
     mngr = store.manager(init_from, create=False)
@@ -167,10 +196,9 @@ def model_config(init_from: str):
         return hf.family_of(raw).config_from_hf(raw)
     if store.is_params_folder(init_from):
         return ml_collections.ConfigDict(_read_json(os.path.join(init_from, "model_config.json")))
-    config_path = os.path.join(init_from, "config.json")
-    if not os.path.exists(config_path):
+    if not os.path.isdir(init_from):
         load(init_from)  # raises the error that names what a source must be
-    run = ml_collections.ConfigDict(_read_json(config_path))
+    run = _run_config(init_from)  # an HF folder without hf: is named as one, as load does
     if run.get("mode", "pretrain") == "finetune":
         return ml_collections.ConfigDict(_read_json(os.path.join(init_from, "best",
                                                                  "model_config.json")))

@@ -36,6 +36,25 @@ ALIASES = {
 }
 
 
+HELP_FLAGS = {"--help", "-?", "--helpshort", "--helpfull", "--helpxml"}
+
+
+# the jobs `run` starts, as users name them (a command name they reach for first)
+JOBS_OF_RUN = ("pretrain", "train", "finetune", "fine-tune", "evaluate", "eval", "embed")
+
+
+def did_you_mean(name: str) -> str:
+    """'did you mean 'prepare'?' (a line of its own) for a command name close to one
+    (difflib), or for a job `run` starts; else a blank line."""
+    import difflib
+    job = difflib.get_close_matches(name.lower(), JOBS_OF_RUN, n=1, cutoff=0.75)
+    if job:
+        return (f"did you mean 'run'? ({job[0]} is a job of `run`: python -m encoder run "
+                "--config=experiments/NAME.py --workdir=DIR)\n\n")
+    close = difflib.get_close_matches(name, COMMANDS, n=2, cutoff=0.6)
+    return f"did you mean {' or '.join(repr(c) for c in close)}?\n\n" if close else "\n"
+
+
 def usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
@@ -50,8 +69,9 @@ def launch(name: str, argv: list[str] | None = None) -> None:
 
     from encoder.commands.one_line import parse_flags
     if name not in COMMANDS:
-        raise SystemExit(f"error: unknown command {name!r}\n\n{usage()}")
+        raise SystemExit(f"error: unknown command {name!r}\n{did_you_mean(name)}{usage()}")
     argv = list(sys.argv if argv is None else argv)
+    argv[1:] = ["--help" if a == "-h" else a for a in argv[1:]]  # absl knows --help, -?
     _say_the_new_name(name)
     # the launchers resubmit sys.argv[1:]; the program name says which command it was
     sys.argv = [f"encoder {name}"] + argv[1:]
@@ -65,6 +85,10 @@ def launch(name: str, argv: list[str] | None = None) -> None:
         module = importlib.import_module(f"encoder.commands.{name}")
         _help_names(module)
         app.run(_kernel_named(module.main, name), argv=sys.argv, flags_parser=parse_flags)
+    except SystemExit as e:
+        if e.code == 1 and HELP_FLAGS & set(argv[1:]):  # absl ends the help it printed with
+            raise SystemExit(0) from None                # exit 1; asked for, it is no failure
+        raise
     except KeyboardInterrupt:
         tether.interrupt_seen()
         print("interrupted before it started; run the same command again", file=sys.stderr,

@@ -97,6 +97,15 @@ def read_tensors(folder: str) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f"{folder}: expected model.safetensors or pytorch_model.bin")
 
 
+def check_finite(tensors: dict, folder: str) -> None:
+    """Refuses weights holding NaN or infinity, naming each such tensor (its name in the
+    folder's file): a model computed from them is NaN from its first step."""
+    bad = [(name, found) for name, array in tensors.items()
+           for found in [errors_lib.non_finite_counts(array)] if found]
+    if bad:
+        raise errors_lib.non_finite_source(f"hf:{folder}", bad, len(tensors))
+
+
 _LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's encoder.layer.N., ModernBERT's layers.N.
 
 
@@ -137,6 +146,7 @@ def load(folder: str):
     """Reads a HF folder of any supported family: (our model config, params)."""
     hf = read_config(folder)
     tensors = read_tensors(folder)
+    check_finite(tensors, folder)
     check_sizes(hf, tensors, folder)
     try:
         fam = family_of(hf)
