@@ -1,5 +1,5 @@
-"""init_from, init_step and init_fresh refused together before anything is read (hostile
-pass 42 #15, #16, #18-#20): each message names the flags and what to give."""
+"""init_from, init_step and init_fresh refused together before anything is read: each
+message names the flags and what to give."""
 import os
 
 import ml_collections
@@ -33,7 +33,7 @@ def test_workdir_at_step_splits_and_a_step_that_is_not_a_number_names_the_steps(
     assert sources.split_step(str(tmp_path / "odd@name")) == (str(tmp_path / "odd@name"), None)
     os.makedirs(tmp_path / "run@6")  # ... even when what follows the @ is a number
     assert sources.split_step(str(tmp_path / "run@6")) == (str(tmp_path / "run@6"), None)
-    os.makedirs(f"{src}@6")  # both readings exist (hostile pass 43 #20, #96): refused
+    os.makedirs(f"{src}@6")  # both readings exist: refused, not guessed
     with pytest.raises(ValueError, match=r"names two things: the folder .*src@6 and step 6 "
                                          r"of .*src; rename the folder"):
         sources.split_step(f"{src}@6")

@@ -1,4 +1,4 @@
-"""Skipped inputs are named, and an error names the config field the user gave (issue 27)."""
+"""Skipped inputs are named, and an error names the config field the user gave."""
 import ml_collections
 import pytest
 

@@ -85,7 +85,7 @@ def test_bad_input_is_skipped_and_counted(tmp_path):
 
 
 def test_a_file_in_another_encoding_is_warned_of(tmp_path):
-    """Hostile pass 42 #65: Latin-1 text prepared with every line repaired, unsaid."""
+    """Latin-1 text was once prepared with every line repaired, unsaid."""
     (tmp_path / "l1.txt").write_bytes("caf\xe9 na\xefve\n".encode("latin-1") * 20)
     stats = corpus.CorpusStats()
     list(corpus.read_documents(corpus.expand_paths(str(tmp_path)), stats=stats))

@@ -1,4 +1,4 @@
-"""A tokenizer vocabulary smaller than the training sample's characters (issue 36): one
+"""A tokenizer vocabulary smaller than the training sample's characters: one
 UsageError naming the command's flag and the least size sentencepiece accepts (which then
 trains), and no half-made output folder left behind."""
 import os

@@ -143,7 +143,7 @@ def test_the_baseline_command_runs_from_the_command_line(tmp_path):
 
 
 def test_a_rerun_on_changed_task_files_says_so_and_keeps_the_old_report(tmp_path, capsys):
-    """Hostile pass 42 #91: 40 dev labels changed, rescored silently."""
+    """40 dev labels changed were once rescored silently."""
     tasks = tmp_path / "tasks"
     topic_task(tasks / "topic", n_train=32, n_dev=16, seed=3)
     out = tmp_path / "out"

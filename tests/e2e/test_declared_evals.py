@@ -52,7 +52,7 @@ def test_declared_evaluators_score_each_checkpoint_once_across_a_resume(tmp_path
     assert _record(d) == first
     assert _evals(d) == scores
     # a restart that changes a scored evaluator's options is refused before any work
-    # (hostile pass 42 #12: one curve, two protocols)
+    # (else one curve would hold two protocols)
     config.evals.sts.max_eval = 20
     config.train.num_steps = 16
     with pytest.raises(declared.UsageError, match=r"config\.evals\.sts \(max_eval: 40 -> 20; "

@@ -125,7 +125,7 @@ def test_merge_refuses_mismatched_inputs(ema_run, tiny_pretrained, tmp_path):
 
 
 def test_merge_refuses_checkpoints_of_phases_with_another_model(tiny_pretrained, tmp_path):
-    """Hostile pass 36 #83: --last=3 averaged a stable-phase checkpoint (RoPE base 10,000)
+    """--last=3 once averaged a stable-phase checkpoint (RoPE base 10,000)
     with two after the context extension (160,000), and wrote the base config's model."""
     from experiments import pretrain as exp
     config = exp.get_config("runlocal")

@@ -1,6 +1,6 @@
 """`encoder export` writes only into a folder it owns: a downloaded HF model folder,
 an HF Trainer output, a previous export with files added and a sibling named like its
-scratch folder all survive byte for byte; refusals are one line, exit 1 (issue 27)."""
+scratch folder all survive byte for byte; refusals are one line, exit 1."""
 import os
 
 import pytest

@@ -135,7 +135,7 @@ def test_sentence_transformers_matches_our_embeddings(finetuned, tmp_path, pooli
             f.write(p.run_config.to_json())
     result = export_lib.export(work, str(tmp_path / "st"), fmt="sentence-transformers",
                                pooling=pooling if by_flag else "")
-    assert result["pooling"] == pooling  # --pooling over the run's (hostile pass 42 #47)
+    assert result["pooling"] == pooling  # --pooling wins over the run's own
     st = SentenceTransformer(str(tmp_path / "st"), device="cpu")
     texts = awkward_texts(40)[1:]
     theirs = st.encode(texts, convert_to_numpy=True, batch_size=8)

@@ -1,7 +1,6 @@
-"""Issue 27's hostile pass, cases 41-68, through the commands: merge, mine, a phase's values,
-stdlib_tasks, bench's --topology, hf_bert and the suite's grid refuse in one line, before
-they read a model or write a byte, and what they write is theirs (BUILD_NOTES, "Hostile
-pass")."""
+"""A new user's mistakes, through the commands: merge, mine, a phase's values, tasks,
+bench's --topology, import_hf and the suite's grid refuse in one line, before they read a
+model or write a byte, and what they write is theirs (docs/failure_modes.md)."""
 import json
 import os
 import shutil
@@ -188,7 +187,7 @@ def test_suite_grid_mistakes_are_refused_before_data_and_leave_no_folder(tiny_pr
 
 
 def test_probe_is_quiet_by_default(tiny_pretrained, tmp_path):
-    """Hostile pass 43: orbax's INFO lines (one per file read) buried the probe's result."""
+    """orbax's INFO lines (one per file read) once buried the probe's result."""
     from helpers import run_module, topic_task
     tasks = topic_task(tmp_path / "tasks" / "topic", n_train=16, n_dev=8)
     rc, out, err = run_module("encoder", "probe", f"--init_from={tiny_pretrained}",

@@ -1,6 +1,6 @@
 """Every command's own errors end in one `error: ...` line naming what the user gave, exit 1,
 no traceback; Ctrl-C ends in one line (75 where the command resumes); a pretraining restart
-on changed data is refused with a diff and changes nothing (issue 27)."""
+on changed data is refused with a diff and changes nothing."""
 import json
 import signal
 import subprocess

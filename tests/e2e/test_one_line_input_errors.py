@@ -1,5 +1,5 @@
 """Bad inputs end in one `error: ...` line that names the file and line, or the flag, and
-the fix where there is one, exit 1, no traceback, before any work (issue 36): task files
+the fix where there is one, exit 1, no traceback, before any work: task files
 (fine-tuning and the baselines, through one reader), mining pairs, damaged HuggingFace
 folders, a tokenizer vocabulary smaller than the text's characters (prepare and the main
 pretraining job) and a --config override naming no field. The checks themselves are
@@ -122,8 +122,8 @@ def test_an_unknown_config_override_names_the_override_and_close_fields(tmp_path
 
 
 def test_a_misspelt_experiment_and_an_undeclared_evaluator_say_what_to_type(tmp_path):
-    """Hostile pass 42 #92 and #9: config_flags' "earlier failure to load" and an empty
-    field list gave no way forward."""
+    """config_flags' "earlier failure to load" and an empty field list once gave no way
+    forward."""
     wd = tmp_path / "wd"
     rc, _, err = run_module("encoder", "run", "--config=experiments/pretrian.py:runlocal",
                             f"--workdir={wd}")
@@ -142,7 +142,7 @@ def test_a_misspelt_experiment_and_an_undeclared_evaluator_say_what_to_type(tmp_
 
 
 def test_embed_refuses_a_pooling_typo_and_text_that_is_not_utf8_before_the_model(tmp_path):
-    """Hostile pass 42 #86, #87: a KeyError traceback, and Latin-1 stored as U+FFFD."""
+    """Once a KeyError traceback, and Latin-1 stored as U+FFFD."""
     text = tmp_path / "lat1.txt"
     text.write_bytes("ok\ncaf\xe9 na\xefve\n".encode("latin-1"))
     common = [f"--config.init_from={tmp_path / 'no_model'}", f"--config.data.input_file={text}",
@@ -155,8 +155,8 @@ def test_embed_refuses_a_pooling_typo_and_text_that_is_not_utf8_before_the_model
 
 
 def test_a_file_for_a_folder_and_a_finetune_config_for_bench_say_what_to_give(tmp_path):
-    """Hostile pass 42 #49, #74: "no config.json" for the config.json itself, and an
-    AttributeError traceback from bench --mode=step."""
+    """Once "no config.json" for the config.json itself, and an AttributeError traceback
+    from bench --mode=step."""
     folder = tmp_path / "hf47"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
@@ -170,7 +170,7 @@ def test_a_file_for_a_folder_and_a_finetune_config_for_bench_say_what_to_give(tm
 
 
 def test_an_experiment_option_refused_by_the_experiment_is_its_own_line(tmp_path):
-    """(hostile pass 44, #33: it read `flag --config=...: Error whilst parsing config file:
+    """(It once read `flag --config=...: Error whilst parsing config file:
     encoder.errors.UsageError: evals='nosuch': ...`.)"""
     rc, out, err = run_module("encoder", "run",
                               "--config=experiments/pretrain.py:runlocal,evals=nosuch",

@@ -1,6 +1,6 @@
 """`encoder prepare` as a user runs it: it writes only into a folder it owns, refuses
 before writing anything, never calls a half-made or damaged corpus valid, and says so in
-one line (issue 27). Folders are hashed before and after every refusal."""
+one line. Folders are hashed before and after every refusal."""
 import json
 import os
 

@@ -1,4 +1,4 @@
-"""Results that cannot mislead (issue 36), through the commands as a user runs them: a
+"""Results that cannot mislead, through the commands as a user runs them: a
 suite rerun after its model trained on reruns (it reported the step-20 scores as the
 step-60 model's), BM25 on qrels naming documents the corpus lacks is refused (it reported
 nDCG@10 0.00, exit 0), a repeated --sweep on one field and a second ablate on one study
@@ -101,7 +101,7 @@ def test_merge_prints_its_result_not_orbax_info(tiny_pretrained, tmp_path):
 
 def test_a_fine_tuning_whose_source_was_trained_on_is_refused_not_resumed(tmp_path,
                                                                           tiny_pretrained):
-    """Hostile pass 36 #51: the rerun reported the old source's scores as the new one's."""
+    """A rerun once reported the old source's scores as the new one's."""
     from encoder.jobs import finetune, pretrain
     from helpers import topic_config
     src = str(tmp_path / "src")

@@ -88,7 +88,7 @@ def test_the_load_report_accounts_for_every_tensor():
     rules = {"pair": "a new head"}, {"pooler": "feeds only a pair head"}
     with pytest.raises(ValueError, match=r"/extra/b \(the model has no place for it\)"):
         rep.check("SRC", *rules)
-    # a whole missing half reads as one group (hostile pass 42 #23)
+    # a whole missing half reads as one group, not a list of every tensor
     rep2 = sources.LoadReport(fresh=[f"/generator/l{i}" for i in range(5)] + ["/emb/norm"])
     with pytest.raises(ValueError) as e:
         rep2.check("SRC", {}, {})
@@ -113,7 +113,7 @@ def test_a_workdir_checkpoint_by_step(tmp_path):
 
 
 def test_init_fresh_restarts_what_it_names_and_refuses_a_typo():
-    """Hostile pass 36: init_fresh only permitted a missing tensor; a prefix the source
+    """init_fresh once only permitted a missing tensor; a prefix the source
     has was loaded anyway, and a misspelt one was accepted."""
     import numpy as np
     model = {"encoder": {"blocks_0": {"w": np.zeros(2)}, "blocks_1": {"w": np.zeros(2)}},

@@ -1,4 +1,4 @@
-"""Children die with their study (issue 27): a suite killed with SIGKILL (a scheduler's
+"""Children die with their study: a suite killed with SIGKILL (a scheduler's
 limit, an OOM kill) takes its fine-tuning run with it -- the run gets SIGTERM from the
 kernel (encoder/tether.py), checkpoints, exits 75, and its workdir reads stopped
 (resumable), never running. Before, the child trained on for half an hour."""

@@ -1,4 +1,4 @@
-"""`python -m encoder suite` on a task it cannot learn or score (issue 27): refused before
+"""`python -m encoder suite` on a task it cannot learn or score: refused before
 the first run, one `error:` line naming the task and its file, exit 1, no folder left.
 (The checks themselves: tests/studies/test_suite_early_checks.py.)"""
 import json

@@ -1,4 +1,4 @@
-"""A damaged HuggingFace folder is one error naming its file (issue 36): a truncated
+"""A damaged HuggingFace folder is one error naming its file: a truncated
 model.safetensors, a config.json that is not a JSON object of sizes, and a config.json whose
 hidden_size or num_hidden_layers no longer match the tensors (named with the size the
 weights have, not as a tensor the mapping cannot find). hf:DIR and import_hf read here."""

@@ -19,7 +19,7 @@ from encoder.train import loop, metrics_io
     ({"a": {"kind": "heldout", "batchs": 4}}, ["unknown option 'batchs'", "batches"]),
     ({"a": {"kind": "heldout", "every": -5}}, ["config.evals.a.every=-5"]),
     ({"a": {"kind": "heldout", "every": "100"}}, ["config.evals.a.every='100'"]),
-    # hostile pass 42 #4-#6: refused here, not after training as before
+    # refused here, before training (they once failed after it)
     ({"a": declared.entry("probe", task="topic", layer=99)},
      ["config.evals.a.layer=99", "2 layers", "0 (the embeddings) to 2, or -1"]),
     ({"a": declared.entry("probe", task="topic", tasks="/nonexist")},
@@ -37,7 +37,7 @@ def test_a_declaration_is_refused_naming_the_field(evals, words):
 
 
 def test_a_kind_changed_by_flag_drops_the_other_kinds_filling():
-    """Hostile pass 42 #7: --config.evals.topic.kind=embedding over entry("probe") said
+    """--config.evals.topic.kind=embedding over entry("probe") once said
     "unknown option 'layer'"; the probe's defaults are dropped, a changed one is not."""
     e = {**declared.entry("probe", task="sts_relatedness"), "kind": "embedding"}
     [(_, kind, _, options)] = declared.parse({"a": e}, 10, 2)
@@ -121,7 +121,7 @@ def test_a_torn_last_line_is_scored_again(tmp_path):
 
 
 def test_a_changed_option_of_a_scored_evaluator_is_refused_on_resume(tmp_path):
-    """Hostile pass 42 #12: a restart with topic.max_train 1000 -> 100 mixed two protocols
+    """A restart with topic.max_train 1000 -> 100 once mixed two protocols
     in one curve under one name. The record's keys are compared before any work."""
     rec = metrics_io.ScoreRecord(str(tmp_path))
     old = declared.entry("probe", task="topic")
@@ -143,8 +143,8 @@ def test_a_changed_option_of_a_scored_evaluator_is_refused_on_resume(tmp_path):
 
 
 def test_a_task_file_changed_under_a_scored_evaluator_is_refused_on_resume(tmp_path):
-    """Hostile pass 43: the task folder's dev labels edited between two starts, the same
-    path and options: the curve went on, scored on other data, silently."""
+    """The task folder's dev labels edited between two starts, the same path and
+    options: the curve once went on, scored on other data, silently."""
     from helpers import topic_task
     tasks = tmp_path / "tasks"
     topic_task(tasks / "topic", n_train=16, n_dev=8)
@@ -167,7 +167,7 @@ def test_a_task_file_changed_under_a_scored_evaluator_is_refused_on_resume(tmp_p
 
 
 def test_heldout_by_option_a_probe_task_without_dev_and_a_torn_record(tmp_path):
-    """Hostile pass 43 #7, #68, #92."""
+    """evals=heldout, a probe task without a dev file, and a torn record line."""
     assert declared.from_tasks(["heldout"]) == {"heldout": declared.entry("heldout")}
     from helpers import topic_task
     tasks = tmp_path / "tasks"

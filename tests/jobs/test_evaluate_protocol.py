@@ -1,4 +1,4 @@
-"""The evaluate job's protocol does not depend on how the model was handed over (issue 36:
+"""The evaluate job's protocol does not depend on how the model was handed over (once
 a workdir brought its own objective settings, ModernBERT's 30% masking, a params folder
 did not; the same parameters scored MLM accuracy 0.0158 and 0.0176, baselines 0.0370 and
 0.0387). The protocol comes from the evaluate config alone and eval.json records it, with

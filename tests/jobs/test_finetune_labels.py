@@ -1,4 +1,4 @@
-"""Starting points keep their labels (issue 27): a fine-tuning started from a fine-tuned
+"""Starting points keep their labels: a fine-tuning started from a fine-tuned
 workdir of the same task type keeps the model's label map when the new training file
 continues that task (a rare label missing is still known, new labels extend the map, the
 head's rows keep their meaning); a dev label neither the file nor the map knows is an

@@ -1,4 +1,4 @@
-"""The hostile pass's BAD cases of this round, each refused before the work: a dev file that
+"""Mistakes a new user made, each refused before the work: a dev file that
 is the training file (fine-tuning and the baselines), a held-out file inside the training
 folder, a sweep of the seed, a user's folder as evaluate/probe output, a watch of a run
 that is not a pretraining run or with other suite settings than its curve's."""

@@ -1,5 +1,5 @@
 """`encoder mine` refuses what cannot work before it loads a model, and writes only
-a new file, an empty one or its own earlier output (issue 27, hostile pass: cases 48-56).
+a new file, an empty one or its own earlier output.
 The command itself: tests/e2e/test_hostile_commands.py."""
 import json
 import os

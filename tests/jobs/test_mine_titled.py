@@ -1,4 +1,4 @@
-"""`encoder mine` on a titled BEIR corpus (issue 26): a document reads "title text"
+"""`encoder mine` on a titled BEIR corpus: a document reads "title text"
 while a pair's text_b is the text alone (api_retrieval's train.jsonl and corpus.jsonl), so
 the positive must be found by its text, at every row that holds it, and never be mined as
 its own hard negative."""

@@ -1,5 +1,5 @@
 """What attention ran, not what was asked: `attention.paths_taken()` counts the path each
-call is compiled to where it is dispatched, and a benchmark row names it (issue 27)."""
+call is compiled to where it is dispatched, and a benchmark row names it."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""BEIR inputs checked against what trec_eval's measures assume (issue 36): judgements that
+"""BEIR inputs checked against what trec_eval's measures assume: judgements that
 name documents or queries the files lack, repeated ids, grades that are not integers.
 Refused with counts and the first offender's file:line, or (a minority of unknown ids) a
 warning the suite's table repeats. The reported case: every qrels line named an id absent

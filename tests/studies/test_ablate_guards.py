@@ -1,4 +1,4 @@
-"""`encoder ablate` refuses what would drop or collide runs (issue 36): a second --sweep on
+"""`encoder ablate` refuses what would drop or collide runs: a second --sweep on
 one field (the first's values never ran), and a second command on one study folder (each
 reported the other's runs as FAILED)."""
 import os
@@ -59,7 +59,7 @@ def test_a_study_folder_in_use_is_refused_and_left_as_it_was(tmp_path):
 
 
 def test_objectives_are_ranked_only_on_a_metric_they_share(tmp_path):
-    """Hostile pass 36 #73: an MLM/RTD study ranked on eval/mlm_accuracy, the generator's
+    """An MLM/RTD study was once ranked on eval/mlm_accuracy, the generator's
     for RTD. Across objectives only a downstream score ranks; without one, no verdict."""
     def row(variant, seed, objective, **metrics):
         return {"variant": variant, "seed": seed, "dir": f"{variant}__seed{seed}",
@@ -100,7 +100,7 @@ def test_another_declared_evaluator_is_not_another_run(tmp_path):
 
 
 def test_equal_flops_refuses_a_sweep_of_the_steps_it_sets():
-    """Hostile pass 42 #79: --sweep=train.num_steps=4,8 --equal_flops trained both 4 steps."""
+    """--sweep=train.num_steps=4,8 --equal_flops once trained both for 4 steps."""
     base = _base()
     with pytest.raises(errors.UsageError, match=r"train\.num_steps=\.\.\. sets train\.num_steps"
                                                 r", which --equal_flops sets"):
@@ -119,7 +119,7 @@ def _scored(workdir, name, step, **options):
 
 
 def test_a_study_whose_evaluator_changed_options_is_refused(tmp_path):
-    """Hostile pass 42 #80/#81: finished runs were skipped with their max_train=1000 scores
+    """Finished runs were once skipped with their max_train=1000 scores
     and ranked beside a new variant's max_train=50 ones."""
     from encoder.jobs import evals
     base = _base()
@@ -158,7 +158,7 @@ def test_rows_scored_under_different_options_are_not_ranked_on_that_score(tmp_pa
 
 
 def test_a_suite_folder_with_no_task_is_refused_before_any_run(tmp_path):
-    """Hostile pass 42 #77 and #32: both runs trained 74 s, then each suite failed with
+    """Both runs once trained 74 s, then each suite failed with
     "no tasks found (empty)" for a folder of .txt files."""
     corp = tmp_path / "corp"
     corp.mkdir()
@@ -183,7 +183,7 @@ def test_the_watchers_say_what_they_run_on_each_checkpoint():
 
 
 def test_a_sweep_of_an_evaluator_option_is_refused():
-    """Hostile pass 43 #57: two identical models trained, then "not compared"."""
+    """Two identical models once trained, then "not compared"."""
     with pytest.raises(errors.UsageError, match=r"--sweep=evals\.topic\.max_train=\.\.\.: "
                                                 r"config\.evals changes what a run is scored by"):
         ablation.check_sweeps([ablation.parse_sweep("evals.topic.max_train=50,1000")], None)

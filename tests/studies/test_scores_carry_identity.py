@@ -1,4 +1,4 @@
-"""Every score carries its identity (issue 36): a source's checkpoint step and content hash,
+"""Every score carries its identity: a source's checkpoint step and content hash,
 its data files' hashes, recorded with every run of a study; a done run whose model or data
 changed at the same path is stale (moved aside and rerun), never reused. The reported case:
 the suite skipped `topic/0.001/0 (finished)` after its source trained on from step 20 to

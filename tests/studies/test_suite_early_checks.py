@@ -1,5 +1,5 @@
 """A suite task that cannot be learnt or scored is refused before the first run starts, in
-one line naming the task and its file (issue 27): a one-class classification task (its
+one line naming the task and its file: a one-class classification task (its
 run failed 30 s in, after other tasks ran), constant regression or STS scores (the suite's
 average was NaN with exit 0)."""
 import json
@@ -96,7 +96,7 @@ def test_an_sts_embedding_task_with_constant_scores_is_refused(tmp_path, no_mode
 
 
 def test_a_source_that_is_not_there_is_named_before_any_task_is_built(tmp_path):
-    """(hostile pass 44, #19: the embedded suite was built into --workdir first.)"""
+    """(The embedded suite was once built into --workdir first.)"""
     with pytest.raises(FileNotFoundError, match="does not exist"):
         battery.run_suite(battery.SuiteOptions(init_from=str(tmp_path / "nope"),
                                                workdir=str(tmp_path / "out"), preset="runlocal"))

@@ -1,5 +1,5 @@
 """Ablation tables report what ran: a repeated sweep value is refused (it would be one run
-reported as two seeds), a one-seed gap carries no significance (issue 27)."""
+reported as two seeds), a one-seed gap carries no significance."""
 import math
 
 import pytest

@@ -98,7 +98,7 @@ def test_a_study_watcher_waits_for_its_run_and_ends_with_its_job(tmp_path):
 
 
 def test_the_scored_line_names_the_scores_it_has():
-    """Hostile pass 42 #90: a probe-only watch printed "scored W@4: " and nothing."""
+    """A probe-only watch once printed "scored W@4: " and nothing."""
     assert watch.summary({"step": 4, "suite/average": 6.5, "suite/average_glue": 5.0,
                           "suite/topic": 1.0}) == "suite/average=6.5, suite/average_glue=5"
     assert watch.summary({"step": 4, "tokens": 10, "probe/topic/best": 0.75,

@@ -1,4 +1,4 @@
-"""Task files checked against what their type and metric assume, at reading (issue 36): a
+"""Task files checked against what their type and metric assume, at reading: a
 line a type cannot use, or a split whose labels make the training or the metric degenerate,
 is one TaskDataError naming file:line (or the file), before any training. The baselines
 read through the same checks as fine-tuning (Task.read), so they refuse the same files."""
@@ -146,7 +146,7 @@ def test_the_baselines_refuse_degenerate_labels_and_unseen_ones(tmp_path):
 
 
 def test_a_utf8_byte_order_mark_opens_the_file_and_is_no_text(tmp_path):
-    """Hostile pass 42 #62: Notepad's UTF-8 BOM made line 1 "not valid JSON"."""
+    """Notepad's UTF-8 BOM once made line 1 "not valid JSON"."""
     from encoder.tasks import files
     path = tmp_path / "bom.jsonl"
     path.write_bytes(b'\xef\xbb\xbf{"text": "a", "label": "x"}\n{"text": "\xef\xbb\xbfb", '

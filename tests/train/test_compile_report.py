@@ -40,7 +40,7 @@ def test_compile_report_memory_and_flops(unrolled_row):
     assert row["peak_bytes"] >= row["param_bytes"] + row["optimizer_bytes"] + row["temp_bytes"]
     assert 1 / FLOPS_FACTOR < row["xla_over_analytic"] < FLOPS_FACTOR, row
     assert row["xla_flops_unrolled"] == row["xla_flops"]
-    # what the step compiled to (issue 27): dropout 0.1 trains on the reference path; the
+    # what the step compiled to, not what was asked: dropout 0.1 trains on the reference path; the
     # init's deterministic forward pass (traced for the shapes) is not the step's
     assert row["attention_ran"] == "reference (attention dropout)", row["attention_ran"]
 
@@ -121,7 +121,7 @@ def test_a_target_that_counts_no_flops_gives_none_not_a_traceback(monkeypatch):
 
 
 def test_a_batch_that_does_not_split_over_the_devices_is_one_line():
-    """(hostile pass 44, #50: it surfaced as jax's NamedSharding message.)"""
+    """(It once surfaced as jax's NamedSharding message.)"""
     from encoder import errors
     cfg = _config("false", mesh=(8, 1))
     cfg.train.batch_size = 12

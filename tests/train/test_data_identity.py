@@ -52,7 +52,7 @@ def test_a_prepared_corpus_is_named_by_its_manifest():
 
 
 def test_a_refused_change_of_a_rule_valued_field_says_auto(tmp_path):
-    """Hostile pass 42 #98: 'train.learning_rate: 0.0 -> 0.01' where 0 meant "by size"."""
+    """Once 'train.learning_rate: 0.0 -> 0.01' where 0 meant "by size"."""
     train = tmp_path / "train.jsonl"
     train.write_text('{"text": "a", "label": "x"}\n')
     config = _config(train_file=str(train), dev_file="")

@@ -1,5 +1,5 @@
 """A phase's values are checked against their fields, never rounded or left to a foreign
-message (issue 27, hostile pass: cases 57-60)."""
+message."""
 import pytest
 
 from encoder.train import phases

@@ -1,4 +1,4 @@
-"""--topology mistakes end in one line naming the flag (issue 27, hostile pass: 63-64)."""
+"""--topology mistakes end in one line naming the flag."""
 import sys
 
 import pytest
