@@ -12,7 +12,7 @@ from encoder import config as config_lib
 
 
 def finetune_config() -> ml_collections.ConfigDict:
-    """Defaults for fine-tuning, evaluation and embedding runs (the modes of `encoder run`: config.mode)."""
+    """Defaults for fine-tuning, evaluation and embedding runs (config.mode of `encoder run`)."""
     config = ml_collections.ConfigDict()
     config.mode = "finetune"           # finetune | evaluate | embed
     config.task = "classification"     # encoder.finetune.tasks.TASKS

@@ -1,2 +1,2 @@
-"""`python -m encoder.retrieval.mine`, the old name of `encoder mine`: says so, then runs it."""
+"""`python -m encoder.retrieval.mine`: now `encoder mine` (says so, then runs it)."""
 if __name__ == "__main__": from encoder.commands import launch; launch("mine")  # noqa: E701,E702

@@ -180,8 +180,9 @@ def test_suite_grid_mistakes_are_refused_before_data_and_leave_no_folder(tiny_pr
                             "--learning_rates=-1e-3", f"--workdir={wd}")
     one_line(rc, err, "--learning_rates must be positive numbers, got [-0.001]")
     assert not wd.exists()  # the embedded tasks were not even built
-    rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}", f"--tasks={tasks}",
-                            "--finetune_set=finetune.bogus=1", f"--workdir={wd}")
+    rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}",
+                            f"--tasks={tasks}", "--finetune_set=finetune.bogus=1",
+                            f"--workdir={wd}")
     one_line(rc, err, "field 'finetune.bogus': no 'bogus' in the config")
     assert not wd.exists()
 

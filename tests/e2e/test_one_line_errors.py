@@ -41,7 +41,8 @@ def test_a_second_suite_on_one_workdir_refuses_at_start(tmp_path):
     from encoder.train import workdir as workdir_lib
     errors.mark_output(str(tmp_path / "suite"), "suite")
     with workdir_lib.Lock(str(tmp_path / "suite")):  # a live suite holds it
-        rc, _, err = run("encoder", "suite", "--baseline=majority", f"--workdir={tmp_path / 'suite'}")
+        rc, _, err = run("encoder", "suite", "--baseline=majority",
+                         f"--workdir={tmp_path / 'suite'}")
     one_line(rc, err, "is in use by pid")
 
 

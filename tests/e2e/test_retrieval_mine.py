@@ -48,7 +48,8 @@ def test_mine_then_train_on_the_triples(tmp_path):
 
     wd = tmp_path / "wd"
     proc = subprocess.run(
-        [sys.executable, "-m", "encoder", "run", "--config=experiments/finetune.py:task=contrastive",
+        [sys.executable, "-m", "encoder", "run",
+         "--config=experiments/finetune.py:task=contrastive",
          f"--config.init_from=hf:{_minilm()}", f"--config.data.train_file={out}",
          f"--config.data.dev_file={pairs}", "--config.data.max_seq_len=32",
          "--config.train.batch_size=8", "--config.train.num_steps=2",
