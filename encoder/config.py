@@ -79,7 +79,7 @@ def base_config() -> ml_collections.ConfigDict:
     """Every field an experiment can override, with its default."""
     config = ml_collections.ConfigDict()
     config.seed = 0
-    config.objective = "mlm"           # encoder.objectives.OBJECTIVES
+    config.objective = "mlm"           # encoder.objectives.objectives.OBJECTIVES
     config.pooling = "cls"             # encoder.model.heads.POOLING
     config.init_from = ""              # a workdir of this codebase, or hf:DIR
     config.init_step = -1              # init_from a workdir: its checkpoint at this step (-1: newest)

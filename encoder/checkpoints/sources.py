@@ -28,7 +28,7 @@ from encoder.eval import identity
 from encoder.model import scan
 
 KINDS = ("pretraining", "finetuning", "params", "hf", "scratch")  # scratch: fine-tuning
-# without init_from (encoder/finetune/run.py builds it)
+# without init_from (encoder/jobs/finetune.py builds it)
 
 
 @dataclasses.dataclass

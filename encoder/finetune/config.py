@@ -15,7 +15,7 @@ def finetune_config() -> ml_collections.ConfigDict:
     """Defaults for fine-tuning, evaluation and embedding runs (config.mode of `encoder run`)."""
     config = ml_collections.ConfigDict()
     config.mode = "finetune"           # finetune | evaluate | embed
-    config.task = "classification"     # encoder.finetune.tasks.TASKS
+    config.task = "classification"     # encoder.tasks.table.TASKS
     config.seed = 0
     config.init_from = ""              # any workdir of this codebase, a params folder, or hf:DIR
     config.pooling = "cls"

@@ -15,7 +15,8 @@ positions. What the HF config says, and what it becomes here:
 Layouts (HF Linear weights are [out, in]; ours [in, out]):
   attention.self.{query,key,value}_proj [D, D] -> attention.qkv.kernel [D, 3, H, K]
   attention.output.dense [D, D]               -> attention.out.kernel [H, K, D]
-  encoder.rel_embeddings [2S, D], encoder.LayerNorm -> encoder.relative_positions.{embedding, norm}
+  deberta.encoder.rel_embeddings [2S, D]     -> relative_positions.embedding (in our encoder)
+  deberta.encoder.LayerNorm                  -> relative_positions.norm
   MLM head: cls.predictions.* (config legacy=True, what a default config builds and what
   export writes) or lm_predictions.lm_head.* (legacy=False; same computation when the
   embedding width is the hidden width) -> mlm_head.{transform, transform_norm, output_bias}.

@@ -106,7 +106,7 @@ def check_finite(tensors: dict, folder: str) -> None:
         raise errors_lib.non_finite_source(f"hf:{folder}", bad, len(tensors))
 
 
-_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's encoder.layer.N., ModernBERT's layers.N.
+_LAYER = re.compile(r"(?:^|\.)layers?\.(\d+)\.")  # BERT's ...layer.N., ModernBERT's layers.N.
 
 
 def check_sizes(hf: dict, tensors: dict, folder: str) -> None:

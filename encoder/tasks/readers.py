@@ -11,7 +11,7 @@ in encoder/tasks/<type>.py. This module only looks the type up in TASKS.
 from encoder.tasks import files
 from encoder.tasks.files import IGNORE, TaskDataError, read_glue_tsv  # noqa: F401  (re-exported)
 from encoder.tasks.table import lookup
-# The tagging featurizer's word alignment, which tests/eval/test_probe_tagging.py reads here.
+# The tagging featurizer's word alignment, which tests/jobs/test_probe_tagging.py reads here.
 from encoder.tasks.tagging import featurize_tagging  # noqa: F401  (re-exported)
 
 
