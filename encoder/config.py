@@ -119,6 +119,12 @@ def base_config() -> ml_collections.ConfigDict:
         train_files="",                # a prepared folder (`encoder prepare`), or comma-separated
                                        # text paths/globs (prepared into cache_dir); empty: stdlib
         valid_files="",                # the same kinds; empty: the train corpus's hash split
+        sources={},                    # a mixture instead of train_files: name -> dict(files=,
+                                       # format=, text_field=, weight=) (encoder/data/mixture.py)
+        temperature=0.0,               # a mixture's shares: 0 the weights as given; tau in (0, 1]:
+                                       # weight x tokens^tau (XLM-R, mmBERT; smaller: flatter)
+        on_exhausted="repeat",         # a mixture's source that runs dry: repeat (a new epoch,
+                                       # counted) | end (its phase ends)
         one_doc_per_line=False,
         seq_len=128,
         pack_mode="documents",         # documents | pairs (NSP/SOP rows)
@@ -336,7 +342,8 @@ PHASE_FIELDS = {
     "train": ("learning_rate", "warmup_steps", "schedule", "end_learning_rate_fraction",
               "decay_shape", "decay_steps", "decay_fraction", "batch_size", "grad_accum_steps",
               "batch_warmup_tokens", "batch_warmup_start", "batch_warmup_increment"),
-    "data": ("seq_len", "train_files", "valid_files", "one_doc_per_line", "valid_fraction"),
+    "data": ("seq_len", "train_files", "valid_files", "one_doc_per_line", "valid_fraction",
+             "sources", "temperature", "on_exhausted"),
     "model": ("rope_theta", "local_rope_theta", "attention_impl", "remat"),
     "masking": ("rate", "mask_prob", "random_prob", "span_p", "mode"),
 }
@@ -375,6 +382,33 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def mixture_source(files: str = "", weight: float = 1.0, format: str = "",
+                   text_field: str = "") -> dict:
+    """One source of a mixture (data.sources.NAME, encoder/data/mixture.py) with all its
+    fields, so that each can be set from the command line (--config.data.sources.NAME.files
+    =...); files "" reads the embedded corpus, as data.train_files="" does."""
+    return dict(files=files, format=format, text_field=text_field, weight=float(weight))
+
+
+def merge_sources(base, over, where: str = "") -> dict:
+    """A phase's data.sources laid over the base's (encoder/data/mixture.py): a named
+    source's fields replace those fields of the base's source (dict(web=dict(weight=0.5))
+    changes only web's weight), a new name adds a source."""
+    def plain(d):
+        return d.to_dict() if hasattr(d, "to_dict") else dict(d or {})
+    if not isinstance(over, dict) and not hasattr(over, "to_dict"):
+        raise ValueError(f"{where}: data.sources must map a source's name to a dict of its "
+                         f"fields, got {over!r}")
+    out = {k: plain(v) if isinstance(v, dict) or hasattr(v, "to_dict") else v
+           for k, v in plain(base).items()}
+    for name, fields in plain(over).items():
+        if not isinstance(fields, dict) and not hasattr(fields, "to_dict"):
+            raise ValueError(f"{where}: data.sources.{name} must be a dict of its fields "
+                             f"(files, format, text_field, weight), got {fields!r}")
+        out[name] = {**(out.get(name) or {}), **plain(fields)}
+    return out
+
+
 def phase_config(config, p: dict):
     """The base config with phase p's fields laid over it (phases emptied). A value is
     checked against the field's type: an integer field takes a whole number (2.5 rows is
@@ -384,6 +418,9 @@ def phase_config(config, p: dict):
     where = f"phase {p.get('name', '?')!r}"
     for section in PHASE_FIELDS:
         for k, v in (p.get(section) or {}).items():
+            if (section, k) == ("data", "sources"):  # laid over the base's, source by source
+                c.data.sources = merge_sources(c.data.get("sources"), v, where)
+                continue
             old = c[section][k]
             if isinstance(old, bool) or not isinstance(old, (int, float)):
                 try:

@@ -17,6 +17,7 @@ COMMANDS = {
     "ablate": "an ablation study: sweep variants x seeds, compare them",
     "bench": "benchmarks that print JSON lines (step, pipeline, prepare, compile, device)",
     "merge": "average or merge checkpoints into a params folder",
+    "data": "which source, shard and record made each row of a pretraining step (--step=N)",
     "prepare": "text -> a prepared corpus (tokenizer, ArrayRecord shards, manifest)",
     "tasks": "write the embedded downstream tasks (from the standard library's docs)",
     "export": "a checkpoint -> a HuggingFace folder (transformers | sentence-transformers | pylate)",

@@ -7,7 +7,12 @@ embedded corpus are prepared once into the run's cache (keyed by the files,
 their sizes and dates, the settings and the tokenizer) and then read the same
 way, as random-access packed rows (shards.PackedRows). Pairs mode (NSP/SOP)
 still packs in memory from plain text (`build_rows`, with a token cache).
-`batch_iterator` wraps any rows in a grain MapDataset pipeline:
+A mixture (data.sources, encoder/data/mixture.py) prepares each source the same way,
+once, into its own folder (so packed rows never straddle sources), with the run's one
+tokenizer (data.tokenizer, a prepared source's, or one trained on an equal share of every
+declared source), and reads them as a `mixture.Mixture`: `batch_iterator` then draws its
+rows by the mixture's weights, with the same interface and checkpointed state.
+`batch_iterator` wraps any other rows in a grain MapDataset pipeline:
 
     row indices -> shuffle(seed) -> repeat -> global batch -> this process's block -> rows
 
@@ -20,6 +25,7 @@ inside the train step (encoder/objectives/masking.py).
 """
 import dataclasses
 import hashlib
+import json
 import os
 import time
 from typing import Callable
@@ -28,7 +34,7 @@ import grain
 import numpy as np
 from absl import logging
 
-from encoder.data import corpus, packing, preparation, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, mixture, packing, preparation, shards, tokenizer as tokenizer_lib
 from encoder.data.tokenizer import Tokenizer
 
 
@@ -135,10 +141,22 @@ def dataset(rows, batch_size: int, seed: int, shuffle: bool = True, repeat: bool
     return ds.map(lambda idx: source.read_batch(np.asarray(idx)[lo:lo + local]))
 
 
+def index_order(n: int, seed: int) -> grain.MapDataset:
+    """A single source's stream order as `dataset` reads it: element r is the row the
+    stream's r-th read is (shuffled with seed, repeated), computed per index."""
+    return grain.MapDataset.range(n).shuffle(seed=seed).repeat(None)
+
+
 def batch_iterator(rows, batch_size: int, seed: int, shuffle: bool = True,
                    repeat: bool = True, process_index: int = 0, process_count: int = 1,
                    prefetch_threads: int = 0):
-    """A checkpointable iterator of this process's numpy batches (get_state / set_state)."""
+    """A checkpointable iterator of this process's numpy batches (get_state / set_state);
+    a mixture's rows are drawn by its weights (mixture.MixtureIterator)."""
+    if isinstance(rows, mixture.Mixture):
+        if not (shuffle and repeat):
+            raise ValueError("a mixture is always drawn by its weights (shuffle and repeat); "
+                             "read one source's rows for an ordered pass")
+        return rows.iterator(batch_size, seed, process_index, process_count)
     ds = dataset(rows, batch_size, seed, shuffle, repeat, process_index, process_count)
     options = grain.ReadOptions(num_threads=prefetch_threads, prefetch_buffer_size=
                                 max(1, 2 * prefetch_threads)) if prefetch_threads else None
@@ -149,7 +167,7 @@ def batch_iterator(rows, batch_size: int, seed: int, shuffle: bool = True,
 class PretrainingData:
     """What a pretraining run reads: the tokenizer and random-access row sources."""
     tokenizer: Tokenizer
-    train: object                  # shards.PackedRows or Rows
+    train: object                  # shards.PackedRows, Rows, or a mixture.Mixture
     valid: object | None           # None: no held-out document exists
     token_counts: np.ndarray       # [V] token frequencies of the train split
     description: str
@@ -229,15 +247,24 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
                           ) -> PretrainingData:
     """The run's tokenizer and train/valid rows; the primary process prepares, all read.
 
-    vocab_size: the size of a tokenizer trained here (none given, none prepared).
+    vocab_size: the size of a tokenizer trained here (none given, none prepared). The
+    primary process records what each stream reads in WORKDIR/data_order.json
+    (`python -m encoder data` rebuilds any step's rows from it).
     """
     cache = data_cfg.cache_dir or os.path.join(workdir, "cache")
+    spec = mixture.parse(data_cfg)
     if data_cfg.pack_mode == "pairs":
+        if spec is not None:
+            raise ValueError("data.pack_mode='pairs' (NSP/SOP) packs one corpus's lines in "
+                             "memory; a mixture (data.sources) is packed by documents "
+                             "(pack_mode='documents')")
         return _pairs_in_memory(data_cfg, workdir, vocab_size, cache, pair_task, seed, primary,
                                 barrier)
     if data_cfg.pack_mode != "documents":
         raise ValueError(f"Unknown pack mode {data_cfg.pack_mode!r}; valid names: documents, "
                          "pairs")
+    if spec is not None:
+        return _open_mixture(spec, data_cfg, workdir, vocab_size, cache, primary, barrier)
     if shards.is_prepared(data_cfg.train_files):
         train_c = shards.PreparedCorpus(data_cfg.train_files)
         train_c.require_records("text", "pretraining")  # before the workdir gets a tokenizer
@@ -252,16 +279,8 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
         held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
         train_c = _prepared_text(data_cfg.train_files or preparation.STDLIB, data_cfg, held_out,
                                  tok_path, cache, primary, barrier)
-    valid_c, valid_split = train_c, "valid"
-    if data_cfg.valid_files:
-        if shards.is_prepared(data_cfg.valid_files):
-            valid_c = shards.PreparedCorpus(data_cfg.valid_files)
-            valid_c.require_records("text", "pretraining")
-            valid_c.check_tokenizer(tok)
-            valid_split = "valid" if valid_c.documents("valid") else "train"
-        else:
-            valid_c = _prepared_text(data_cfg.valid_files, data_cfg, 1.0, train_c.tokenizer_path,
-                                     cache, primary, barrier)
+    valid_c, valid_split = _valid_corpus(data_cfg, tok, train_c.tokenizer_path, cache, primary,
+                                         barrier, (train_c, "valid"))
     train = _rows(train_c, "train", data_cfg, tok)
     if train is None:
         raise ValueError(f"{train_c.folder}: no training document "
@@ -271,7 +290,222 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
                    + (f"{valid_c.documents(valid_split):,} held-out documents "
                       f"({valid_c.folder}, {valid_split} split)" if valid else
                       "no held-out document"))
+    if primary:
+        record_stream(workdir, data_cfg, {"kind": "rows", "sources": [
+            _recorded("train", train_c, train, 1.0)]})
     return PretrainingData(tok, train, valid, train_c.token_counts(), description)
+
+
+def _valid_corpus(data_cfg, tok: Tokenizer, tok_path: str, cache: str, primary: bool,
+                  barrier: Callable[[str], None], own):
+    """(corpus, split) of data.valid_files (prepared, or text prepared here), else `own`."""
+    if not data_cfg.valid_files:
+        return own
+    if shards.is_prepared(data_cfg.valid_files):
+        valid_c = shards.PreparedCorpus(data_cfg.valid_files)
+        valid_c.require_records("text", "pretraining")
+        valid_c.check_tokenizer(tok)
+        return valid_c, "valid" if valid_c.documents("valid") else "train"
+    return _prepared_text(data_cfg.valid_files, data_cfg, 1.0, tok_path, cache, primary,
+                          barrier), "valid"
+
+
+# ---------------------------------------------------------------- mixtures
+
+def _named(source: mixture.Source, e: Exception) -> Exception:
+    """e, its message led by the source it concerns (the same type where it allows)."""
+    where = f"data.sources.{source.name} ({source.files or 'the embedded corpus'})"
+    try:
+        return type(e)(f"{where}: {e}")
+    except TypeError:
+        return ValueError(f"{where}: {e}")
+
+
+def _source_config(source: mixture.Source, data_cfg):
+    """The data section as one source's own: its files as train_files, its format and text
+    field where it names them (the section's otherwise)."""
+    import ml_collections
+    view = ml_collections.ConfigDict(mixture.plain(data_cfg))
+    view.update(train_files=source.files or preparation.STDLIB, valid_files="", sources={},
+                temperature=0.0)
+    if source.format:
+        view.format = source.format
+    if source.text_field:
+        view.text_field = source.text_field
+    return view
+
+
+def _tokenizer_sample(spec: mixture.Spec, data_cfg, held_out: float, cache: str) -> str:
+    """A text file of documents sampled from every declared source, an equal share of
+    data.tokenizer_sample_chars each (weight 0 included: a source a later phase draws is
+    tokenized by this run's tokenizer too), held-out documents left out."""
+    path = os.path.join(cache, f"tokenizer-sample-{spec.key()}.txt")
+    share = max(1, int(data_cfg.tokenizer_sample_chars) // len(spec.sources))
+    os.makedirs(cache, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        for source in spec.sources:
+            view = _source_config(source, data_cfg)
+            try:
+                s = _settings(view, held_out)
+                units, _ = preparation.plan_units(view.train_files, s,
+                                                  flag=f"data.sources.{source.name}.files")
+                for doc in preparation.sample_documents(units, s, share):
+                    f.write(doc + "\n\n")  # blank-line documents, as prepare reads them
+            except (ValueError, OSError) as e:
+                raise _named(source, e) from None
+    os.replace(tmp, path)
+    return path
+
+
+def _mixture_tokenizer(spec: mixture.Spec, data_cfg, workdir: str, vocab_size: int,
+                       cache: str, primary: bool, barrier: Callable[[str], None]) -> str:
+    """data.tokenizer; else a prepared source's (installed into the workdir, as a prepared
+    train_files' is); else one trained into WORKDIR/tokenizer on every source (once)."""
+    if data_cfg.tokenizer:
+        return data_cfg.tokenizer
+    prepared = [s for s in spec.sources if shards.is_prepared(s.files)]
+    if prepared:
+        c = shards.PreparedCorpus(prepared[0].files)
+        if primary:
+            preparation.install_tokenizer(c.tokenizer_path, workdir)
+        barrier("tokenizer")
+        return c.tokenizer_path
+    path = preparation.tokenizer_path(os.path.join(workdir, "tokenizer"),
+                                      data_cfg.get("tokenizer_type", "unigram"))
+    if primary and not os.path.exists(path):
+        held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
+        sample = _tokenizer_sample(spec, data_cfg, held_out, cache)
+        s = preparation.Settings(valid_fraction=0.0)
+        units, _ = preparation.plan_units(sample, s, flag="data.sources")
+        preparation.train_tokenizer(units, s, path, vocab_size, data_cfg.tokenizer_type,
+                                    data_cfg.tokenizer_sample_chars,
+                                    flag="--config.model.vocab_size")
+    barrier("tokenizer")
+    return path
+
+
+def _source_corpus(source: mixture.Source, data_cfg, held_out: float, tok_path: str,
+                   tok: Tokenizer, cache: str, primary: bool,
+                   barrier: Callable[[str], None]) -> shards.PreparedCorpus:
+    """A source's prepared folder: its files as they are when prepared (their tokenizer
+    must be the run's), else prepared once into the cache as plain train_files are."""
+    try:
+        if shards.is_prepared(source.files):
+            c = shards.PreparedCorpus(source.files)
+            c.require_records("text", "pretraining")
+            c.check_tokenizer(tok)
+            return c
+        view = _source_config(source, data_cfg)
+        return _prepared_text(view.train_files, view, held_out, tok_path, cache, primary,
+                              barrier)
+    except (ValueError, OSError) as e:
+        raise _named(source, e) from None
+
+
+def _open_mixture(spec: mixture.Spec, data_cfg, workdir: str, vocab_size: int, cache: str,
+                  primary: bool, barrier: Callable[[str], None]) -> PretrainingData:
+    """Each drawn source prepared into its own folder, read as one mixture; the held-out
+    rows are every source's held-out split interleaved by the mixture's probabilities
+    (or data.valid_files)."""
+    tok_path = _mixture_tokenizer(spec, data_cfg, workdir, vocab_size, cache, primary, barrier)
+    tok = tokenizer_lib.load(tok_path)
+    held_out = 0.0 if data_cfg.valid_files else data_cfg.valid_fraction
+    corpora, train, valid, tokens = [], [], [], []
+    for source in spec.sources:
+        if source.weight <= 0:  # not drawn in this phase: not prepared for it
+            corpora.append(None), train.append(None), valid.append(None), tokens.append(0)
+            continue
+        c = _source_corpus(source, data_cfg, held_out, tok_path, tok, cache, primary, barrier)
+        corpora.append(c)
+        train.append(_rows(c, "train", data_cfg, tok))
+        valid.append(None if data_cfg.valid_files else _rows(c, "valid", data_cfg, tok))
+        tokens.append(sum(sh.tokens for sh in c.shards["train"]))
+    try:
+        probs = mixture.probabilities(spec.weights, tokens, spec.temperature)
+        mix = mixture.Mixture(spec.names, tuple(train), probs, spec.on_exhausted,
+                              int(data_cfg.seq_len), tuple(tokens))
+    except ValueError as e:
+        sizes = ", ".join(f"{n}: {t:,} tokens" for n, t in zip(spec.names, tokens))
+        raise ValueError(f"{e} ({sizes})") from None
+    if data_cfg.valid_files:
+        valid_c, split = _valid_corpus(data_cfg, tok, tok_path, cache, primary, barrier, None)
+        held = _rows(valid_c, split, data_cfg, tok)
+        held_text = (f"{valid_c.documents(split):,} held-out documents ({valid_c.folder}, "
+                     f"{split} split)" if held else "no held-out document")
+    elif any(v is not None and len(v) for v in valid):
+        held = mixture.Interleaved(spec.names, valid, probs)
+        held_text = (f"{len(held):,} held-out rows of {', '.join(held.names)}, interleaved by "
+                     "the mixture's shares")
+    else:
+        held, held_text = None, "no held-out document"
+    counts = sum(c.token_counts() for c in corpora if c is not None)
+    if primary:
+        record_stream(workdir, data_cfg, {
+            "kind": "mixture", "on_exhausted": spec.on_exhausted,
+            "temperature": spec.temperature, "sources": [
+                _recorded(n, c, r, float(p)) for n, c, r, p in
+                zip(spec.names, corpora, train, probs) if c is not None]})
+    return PretrainingData(tok, mix, held, counts, _describe_mixture(spec, mix, corpora)
+                           + "; " + held_text)
+
+
+def _describe_mixture(spec: mixture.Spec, mix: mixture.Mixture, corpora) -> str:
+    parts = []
+    for source, c, p, n, t in zip(spec.sources, corpora, mix.probs, mix.sizes, mix.tokens):
+        if c is None:
+            parts.append(f"{source.name} 0% (weight 0)")
+            continue
+        parts.append(f"{source.name} {100 * p:.1f}% ({n:,} rows, {t:,} tokens, {c.folder}"
+                     + (", the embedded corpus: no files given" if not source.files else "")
+                     + ")")
+    how = (f"weights x tokens^{spec.temperature:g}" if spec.temperature else "weights as given")
+    return (f"a mixture of {len(spec.sources)} sources ({how}; a dry source: "
+            f"{spec.on_exhausted}): " + ", ".join(parts))
+
+
+# ---------------------------------------------------------------- the data order on record
+
+DATA_ORDER = "data_order.json"  # WORKDIR/: per data stream, the prepared folders it reads
+KEY_EXCLUDES = ("cache_dir",)   # a restart may move the cache; the stream stays the same
+
+
+def reading_key(data_cfg) -> str:
+    """The data section's fields that decide what a stream reads, as a short hash."""
+    fields = {k: v for k, v in mixture.plain(data_cfg).items() if k not in KEY_EXCLUDES}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:16]
+
+
+def _recorded(name: str, c: shards.PreparedCorpus, rows, probability: float) -> dict:
+    return {"name": name, "folder": os.path.abspath(c.folder), "split": "train",
+            "rows": len(rows) if rows is not None else 0,
+            "tokens": sum(sh.tokens for sh in c.shards["train"]),
+            "probability": probability}
+
+
+def record_stream(workdir: str, data_cfg, entry: dict) -> None:
+    """WORKDIR/data_order.json[streams][reading_key(data_cfg)] = entry (atomic)."""
+    path = os.path.join(workdir, DATA_ORDER)
+    record = read_data_order(workdir) or {"streams": {}}
+    entry = {**entry, "seq_len": int(data_cfg.seq_len),
+             "restart_positions": bool(data_cfg.restart_positions)}
+    if record["streams"].get(reading_key(data_cfg)) == entry:
+        return
+    record["streams"][reading_key(data_cfg)] = entry
+    os.makedirs(workdir, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(record, f, indent=1)
+    os.replace(tmp, path)
+
+
+def read_data_order(workdir: str) -> dict | None:
+    try:
+        with open(os.path.join(workdir, DATA_ORDER)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def _pairs_in_memory(data_cfg, workdir, vocab_size, cache, pair_task, seed, primary, barrier):

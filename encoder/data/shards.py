@@ -367,3 +367,8 @@ class PackedRows(ShardReader):
     def read_batch(self, indices) -> dict:
         rows = [self[int(i)] for i in indices]
         return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+
+    def records_of(self, r: int) -> list[tuple[str, int]]:
+        """(shard file, record) of each document row r holds a part of, in order."""
+        lo, hi = r * self.body, min((r + 1) * self.body, self.total)
+        return [(self.shards[s].file, d) for s, d, _, _ in self._spans(lo, hi)]

@@ -8,6 +8,10 @@ A config declares `config.phases`, a tuple of plain dicts, each
          data=dict(seq_len=8192), model=dict(rope_theta=160_000.0),
          masking=dict(rate=0.15))
 
+A phase's data.sources is laid over the base's source by source (dict(web=dict(weight=
+0.5)) changes web's weight; a new name adds a source) and its temperature replaces the
+base's (encoder/data/mixture.py); each phase's mixture is checked, named by its phase.
+
 Each phase's config is the base config with its dict laid over it (never the previous
 phase's: each phase reads as stated). Only PHASE_FIELDS may change, the ones that leave
 the parameters' shapes and the optimizer state's structure alone; a phase is otherwise
@@ -30,7 +34,7 @@ train.num_steps steps: today's runs, unchanged.
     size beyond one step per distinct r;
   * data streams: consecutive phases reading the same data (PHASE_FIELDS["data"]) read
     one stream, which goes on where the previous phase stopped; a phase whose data
-    differs (a new seq_len, other files) starts its own stream, shuffled with
+    differs (a new seq_len, other files, another mixture) starts its own stream, shuffled with
     seed + 1000 * stream, at its beginning. A stream reads whole steps' batches (the
     run's batches, as today) when its phases share one batch size and none warms up,
     else micro-batches of m rows, which a step concatenates. A resume restores the
@@ -57,6 +61,7 @@ from encoder import ranges
 from encoder.config import PHASE_FIELDS, phase_config, wsd_phases
 from encoder.config import declared_phases as declared
 from encoder.config import is_number as _number
+from encoder.data import mixture
 from encoder.train import schedules, workdir as workdir_lib
 
 PHASE_KEYS = ("name", "steps", "tokens") + tuple(PHASE_FIELDS)
@@ -185,7 +190,8 @@ def warmup_rows(train_cfg, seq_len: int, micro: int, budget_steps: int | None = 
 
 
 def _data_key(c) -> tuple:
-    return tuple(json.dumps(c.data[k], sort_keys=True, default=str) for k in PHASE_FIELDS["data"])
+    return tuple(json.dumps(mixture.plain(c.data.get(k)), sort_keys=True, default=str)
+                 for k in PHASE_FIELDS["data"])
 
 
 def plan(config) -> Plan:
@@ -197,6 +203,8 @@ def plan(config) -> Plan:
     if len(set(names)) != len(names):
         raise ValueError(f"phase names must be distinct, got {names}")
     configs = [phase_config(config, p) for p in dicts]
+    for p, c in zip(dicts, configs):  # a mixture's sources and weights, named by phase
+        mixture.parse(c.data, f"phase {p['name']!r}" if declared(config) else "")
     for p, c in (zip(dicts, configs) if declared(config) else ()):  # each phase as it runs
         ranges.check(c, f"phase {p['name']!r}", whole_run=False)
     phases, start, tokens = [], 0, 0
