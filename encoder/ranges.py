@@ -17,7 +17,8 @@ shipped config and finds each number in one of the two); NaN and infinity are re
 every numeric field, listed or not (`nan < 0` is false: the bounds are read through
 math.isfinite first).
 
-Names: `evals.*.X` is option X of any declared evaluator (config.evals.NAME.X);
+Names: `evals.*.X` is option X of any declared evaluator (config.evals.NAME.X), and
+`data.sources.*.X` field X of any source of a mixture;
 `phases[].steps` and `phases[].tokens` are a phase's budget; a field a phase sets
 (phases[i].train.learning_rate) has the range of the field it sets, and is named with
 its phase.
@@ -165,6 +166,10 @@ RANGES: dict[str, Range] = {
     "data.valid_fraction": real(0.0, 1.0, high_open=True,
                                 why="1 holds every document out: nothing is left to train on"),
     "data.max_line_chars": POSITIVE,
+    "data.max_skipped_share": SHARE,         # 0: nothing may be dropped; 1: accept anything
+    "data.temperature": real(0.0, 1.0, why="beyond 1 large sources would be upsampled past "
+                                           "their size"),   # 0: the weights as given
+    "data.sources.*.weight": RATE,           # 0: the source is off (one must be > 0: mixture)
     "data.max_seq_len": integer(3, why="[CLS], [SEP] and at least one token"),
     "data.doc_stride": POSITIVE,
     "data.max_answer_tokens": POSITIVE,
@@ -267,11 +272,18 @@ def _leaves(node, path: str) -> Iterator[tuple[str, Any]]:
             yield name, v
 
 
+# Groups whose entries the user names (config.evals.NAME, data.sources.NAME): the table
+# holds one range per option, for every name.
+NAMED = ("evals", "data.sources")
+
+
 def key_of(name: str) -> str:
-    """The table's name for a field: an evaluator's own name becomes `*`."""
-    parts = name.split(".")
-    if parts[0] == "evals" and len(parts) == 3:
-        return f"evals.*.{parts[2]}"
+    """The table's name for a field: an entry's own name becomes `*` (evals.sts.max_len ->
+    evals.*.max_len)."""
+    for group in NAMED:
+        rest = name[len(group) + 1:].split(".") if name.startswith(group + ".") else []
+        if len(rest) == 2:
+            return f"{group}.*.{rest[1]}"
     return name
 
 
