@@ -18,7 +18,7 @@ flags.DEFINE_integer("vocab_size", 32768, "vocabulary size", lower_bound=6)
 flags.DEFINE_enum("objective", "mlm", ["mlm", "rtd"], "pretraining objective")
 flags.DEFINE_string("dtype", "", "compute dtype (default: bfloat16 on GPU/TPU, float32 on CPU)")
 flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | splash | "
-                    "pallas_gpu (encoder.model.attention.ATTENTION_BACKENDS)")
+                    "pallas_gpu (encoder.model.attention_backends.BACKENDS)")
 flags.DEFINE_string("remat", "none", "rematerialisation policy")
 flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
                   "override model.scan_layers")
@@ -139,13 +139,13 @@ def time_step(step, state, batch, rng_fn, traced=None):
     return compile_s, statistics.median(times), memory_bytes(compiled), m
 
 
-def attention_ran(paths, notes) -> dict:
-    """The row's attention as compiled: `attention_ran` (encoder.model.attention.paths_taken
-    while the step was traced: splash, pallas_gpu, cudnn, xla, reference, a kernel in
-    interpret mode, or the reference path of attention dropout), beside `attention_impl`
-    (what was asked), and `attention_notes`: every fallback and its reason."""
-    from encoder.model import attention
-    return {"attention_ran": attention.describe_paths(paths), "attention_notes": list(notes)}
+def attention_ran(trace) -> dict:
+    """The row's attention as compiled: `attention_ran` (the paths an
+    encoder.aot.attention_trace.traced() block recorded while the step was traced: splash,
+    pallas_gpu, cudnn, xla, reference, a kernel in interpret mode, or the reference path
+    of attention dropout), beside `attention_impl` (what was asked), and
+    `attention_notes`: every fallback and its reason."""
+    return {"attention_ran": trace.described(), "attention_notes": list(trace.notes)}
 
 
 def report(name, config, n_params, compile_s, step_s, fps, peak, mem, **extra):

@@ -1,6 +1,6 @@
 """Ahead-of-time sizing: the train step compiled from shapes for a mesh of devices (simulated
 CPU devices, or a TPU topology compiled by libtpu here), one JSON line per compile
-(python -m encoder bench --mode=compile; encoder/train/compile_report.py has the fields).
+(python -m encoder bench --mode=compile; encoder/aot/compile_report.py has the fields).
 
     python -m encoder bench --mode=compile --topology=v5e:2x2 \\
         --config=experiments/bert_base.py --seq_len=512 --batch_size=32 --dtype=bfloat16
@@ -67,7 +67,7 @@ def _hf_row(config, devices, topology: str) -> dict:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from benchmarks import hf_reference
-    from encoder.train import chips, compile_report
+    from encoder.aot import chips, compile_report, hlo
     mesh = Mesh(np.asarray(devices), ("data",))
     model = hf_reference.hf_model(config, do_init=False)
     step, tx = hf_reference.hf_train_step(config, model)
@@ -86,7 +86,7 @@ def _hf_row(config, devices, topology: str) -> dict:
     mem = compiled.memory_analysis()
     n = len(devices)
     chip = chips.chip_for_topology(topology) if topology else None
-    contents = compile_report.program_contents(compiled.as_text())
+    contents = hlo.program_contents(compiled.as_text())
     row = {"benchmark": "compile", "side": "huggingface FlaxBertForMaskedLM",
            "platform": devices[0].platform, "topology": topology or None, "chips": n,
            "seq_len": t, "global_batch": b, "rows_per_chip": b / n, "dtype": config.model.dtype,
@@ -118,7 +118,7 @@ def side_by_side():
     target, data-parallel, no scan (XLA then counts the whole step): one JSON line per side
     with the peak at --batch_size, the rows per chip that fit, and the step bound."""
     import jax
-    from encoder.train import chips, compile_report
+    from encoder.aot import chips, compile_report
     from benchmarks.common import bench_config
     config = experiment_config() if FLAGS.config is not None else bench_config()
     config.model.scan_layers = "false"
@@ -157,7 +157,7 @@ def run():
         raise app.UsageError("--topology (TPU chips or GPUs) and --devices (simulated CPU "
                              "devices) are two targets: give one")
     from benchmarks.common import phase_of
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     config = experiment_config()
     row = compile_report.compile_report(
         config, FLAGS.unrolled_flops, topology=FLAGS.topology,

@@ -67,7 +67,7 @@ def load(spec: str, seq_len: int, rows: int, remat: str, scan: str, chips_per_sl
 
 
 def compile_row(spec, seq_len, rows, remat, scan, topology="v5e:2x2", chips_per_slice=4) -> dict:
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     t0 = time.perf_counter()
     try:
         row = compile_report.compile_report(
@@ -89,7 +89,7 @@ def fit(spec, seq_len, remat, scan, one: dict, two: dict, check: bool = False,
         target=("v5e:2x2", 4, ("v5e", "v6e", "v5p"))) -> dict:
     """Largest rows per chip on each of the target's chips from the 1- and 2-row compiles
     (and, with check, the compiler's answer at the first chip's prediction)."""
-    from encoder.train import chips
+    from encoder.aot import chips
     topology, per_slice, fit_chips = target
     head = {"recipe": spec, "seq_len": seq_len, "remat": remat, "scan": scan,
             "topology": topology}
@@ -136,7 +136,7 @@ def fit(spec, seq_len, remat, scan, one: dict, two: dict, check: bool = False,
 
 
 def base_chip(row):
-    from encoder.train import chips
+    from encoder.aot import chips
     return chips.chip_for_topology(row["topology"])
 
 

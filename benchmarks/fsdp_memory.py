@@ -45,7 +45,7 @@ def config_for(shape: str, seq_len: int, rows_per_chip: int, grad_accum: int, sc
 
 def measure(config, topology: str = "v5e:2x2") -> dict:
     import jax
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     t0 = time.time()
     # the default matmul precision, as a TPU run has it (Mosaic refuses `highest` for bf16)
     with jax.default_matmul_precision("default"):
@@ -67,7 +67,7 @@ def main(argv=None):
     parser.add_argument("--meshes", default="dp,fsdp")
     parser.add_argument("--topology", default="v5e:2x2", help="a TPU slice or a GPU node")
     args = parser.parse_args(argv)
-    from encoder.train import targets
+    from encoder.aot import targets
     chips = len(targets.devices(args.topology))
     impl = "auto" if targets.parse_gpu_topology(args.topology) else "splash"
     for mesh in args.meshes.split(","):

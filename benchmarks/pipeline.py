@@ -28,8 +28,8 @@ def run():
                 for b in pipeline.batch_iterator(rows, 32, seed=0, repeat=False))
         read_s = time.perf_counter() - t0
     FLAGS.size, FLAGS.vocab_size = "tiny", 8000
-    from encoder.train import flops
-    step = ours(bench_config(), flops.peak_flops_per_device())
+    from encoder.aot import chips
+    step = ours(bench_config(), chips.peak_flops_per_device())
     tokens = manifest["splits"]["train"]["tokens"] + manifest["splits"]["valid"]["tokens"]
     print(json.dumps({"benchmark": "pipeline", "documents": len(docs), "tokens": n,
                       "prepare_tokens_per_s": round(tokens / prep_s),

@@ -28,10 +28,11 @@ RANKS = {  # one rank per folder, lowest first: a module may import only from lo
     "encoder.checkpoints": 7,  # the one door every job starts from
     "encoder.finetune": 7,     # fine-tuning's parts: its config, defaults, LoRA, frozen modes
     "encoder.train": 8,        # the trainer library: steps (pretraining's, fine-tuning's), loop
-    "encoder.jobs": 9,         # the programs
-    "encoder.studies": 10,     # runs of many jobs: ablations, the suite
-    "encoder.commands": 11,    # every command: its flags, then one call into a job
-    "encoder": 12,             # the package itself and `python -m encoder` (__main__)
+    "encoder.aot": 9,          # ahead-of-time compiles: the compile report, targets, chips
+    "encoder.jobs": 10,        # the programs
+    "encoder.studies": 11,     # runs of many jobs: ablations, the suite
+    "encoder.commands": 12,    # every command: its flags, then one call into a job
+    "encoder": 13,             # the package itself and `python -m encoder` (__main__)
 }
 SHIM_PREFIX = '"""`python -m '  # a shim's docstring names the module name scripts type
 

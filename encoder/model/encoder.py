@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from encoder.model import attention as attention_lib
 from encoder.model import layers
 from encoder.model import positions as positions_lib
 from encoder.model import scan as scan_lib
 from encoder.model import sharding
+from encoder.model.attention_pattern import AttentionPattern, layer_is_global
 
 # Logical names of the residual stream [B, T, D]: the batch is split over the mesh's data
 # axes (encoder/train/partitioning.py RULES), never along a parameter's FSDP axis.
@@ -64,16 +64,6 @@ class Embeddings(nn.Module):
     def attend(self, x):
         """x [..., E] -> logits [..., V] against the token table (weight tying)."""
         return self.token.attend(x)
-
-
-def layer_is_global(cfg, index: int) -> bool:
-    """ModernBERT's alternation: with a window, layers 0, k, 2k... are global.
-
-    global_every=0 makes every layer local.
-    """
-    if not cfg.local_window:
-        return True
-    return cfg.global_every > 0 and index % cfg.global_every == 0
 
 
 def layer_rope_theta(cfg, index: int) -> float:
@@ -209,7 +199,7 @@ class Encoder(nn.Module):
                     if positions_lib.POSITIONS[cfg.position].disentangled else None)
         # The masks' ingredients, not [B, 1, T, T] arrays: each attention backend builds its own
         # form (a dense mask, or segment ids and a window for the kernels).
-        global_mask = attention_lib.AttentionPattern(attention_mask, document_ids)
+        global_mask = AttentionPattern(attention_mask, document_ids)
         local_mask = (global_mask.replace(window=cfg.local_window) if cfg.local_window else None)
 
         shared = {"positions": positions, "bias": bias, "relative": relative,

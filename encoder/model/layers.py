@@ -108,8 +108,8 @@ class Block(nn.Module):
     @nn.compact
     def __call__(self, x, positions, bias, mask, deterministic=True, rope_theta=None,
                  attention_norm=True, relative=None):
-        """mask: this layer's attention_lib.AttentionPattern (padding, documents, window) or
-        None; each attention backend builds its own mask from it.
+        """mask: this layer's AttentionPattern (padding, documents, window) or None; each
+        attention backend builds its own mask from it.
         rope_theta: this layer's RoPE base (None: cfg.rope_theta); attention_norm=False
         drops the attention sub-layer's norm (ModernBERT's layer 0, whose input is
         already the normed embeddings). Both are static: they pick the layer's shape.

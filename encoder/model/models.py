@@ -11,7 +11,7 @@ import flax.linen as nn
 import ml_collections
 
 from encoder import registry
-from encoder.model import attention, encoder as encoder_lib, heads, layers, positions
+from encoder.model import attention_backends, encoder as encoder_lib, heads, layers, positions
 from encoder.model import scan
 from encoder.model.encoder import Embeddings, Encoder
 
@@ -32,7 +32,7 @@ def validate_config(cfg, seq_len: int | None = None) -> None:
     registry.lookup(layers.NORM_PLACEMENTS, cfg.norm, "norm placement")
     registry.lookup(layers.ACTIVATIONS, cfg.activation, "activation")
     registry.lookup(layers.ACTIVATIONS, cfg.head_activation, "head activation")
-    registry.lookup({k: k for k in attention.ATTENTION_IMPLEMENTATIONS}, cfg.attention_impl,
+    registry.lookup({k: k for k in attention_backends.IMPLEMENTATIONS}, cfg.attention_impl,
                     "attention implementation")
     registry.lookup({k: k for k in encoder_lib.REMAT_POLICIES}, cfg.remat, "remat policy")
     registry.lookup({k: k for k in scan.SCAN_CHOICES}, scan.scan_choice(cfg), "model.scan_layers")

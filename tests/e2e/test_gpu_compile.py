@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from encoder import config as config_lib
-from encoder.train import targets
+from encoder.aot import targets
 from helpers import ROOT, child_env
 
 pytestmark = pytest.mark.skipif(
@@ -41,7 +41,7 @@ def _config(mesh=(8, 1), impl="auto", rows=16, seq_len=T, head_dim=64, window=0)
 
 
 def _compile(config, topology="h100:8", **kwargs):
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     return compile_report.compile_report(config, unrolled_flops=False, topology=topology,
                                          **kwargs)
 

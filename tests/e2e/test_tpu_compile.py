@@ -40,7 +40,7 @@ def _compile(config, **kwargs):
     asks Mosaic for float32 contraction of bf16 operands, which it refuses ("Bad lhs
     type") when the kernel is lowered; a TPU run does not set it."""
     import jax
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     with jax.default_matmul_precision("default"):
         return compile_report.compile_report(config, topology=TOPOLOGY, **kwargs)
 

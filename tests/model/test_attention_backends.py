@@ -15,7 +15,10 @@ import numpy as np
 import pytest
 
 from encoder import config as config_lib
-from encoder.model import attention, encoder, models, positions as positions_lib
+from encoder.model import attention_backends, attention_pattern, encoder, models
+from encoder.model import positions as positions_lib
+from encoder.model.attention_backends import dense, events, pallas
+from encoder.model.attention_pattern import AttentionPattern
 from helpers import filled_params
 
 KERNELS = ("xla", "cudnn", "splash", "pallas_gpu")
@@ -51,7 +54,7 @@ def run(impl, q, k, v, bias, pattern, cotangent):
     real = pattern.padding.astype(bool)[:, :, None, None]
 
     def loss(q, k, v):
-        out = attention.attend(q, k, v, bias, pattern, impl)
+        out = attention_backends.attend(q, k, v, bias, pattern, impl)
         return jnp.sum(jnp.where(real, out.astype(jnp.float32) * cotangent, 0.0)), out
 
     (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
@@ -64,16 +67,16 @@ def max_diff(a, b, real):
 
 
 @pytest.fixture
-def fresh_notes(monkeypatch):
+def fresh_notes():
     """An empty once-per-reason log memory, so a test sees its own notes."""
-    monkeypatch.setattr(attention, "_NOTED", set())
+    events._log_once.cache_clear()  # noqa: SLF001
 
 
 @pytest.mark.parametrize("window", [0, 32], ids=["global", "local"])
 @pytest.mark.parametrize("impl", KERNELS)
 def test_backend_matches_reference_float32(impl, window):
     docs, pad, _ = packed_rows()
-    pattern = attention.AttentionPattern(pad, docs, window)
+    pattern = AttentionPattern(pad, docs, window)
     q, k, v = qkv()
     cot = jnp.asarray(np.random.default_rng(1).normal(size=(B, T, H, K)), jnp.float32)
     ref, ref_grads = run("reference", q, k, v, None, pattern, cot)
@@ -89,7 +92,7 @@ def test_backend_matches_reference_float32(impl, window):
 @pytest.mark.parametrize("impl", ("splash", "pallas_gpu", "cudnn"))
 def test_backend_bfloat16_within_its_precision(impl):
     docs, pad, _ = packed_rows()
-    pattern = attention.AttentionPattern(pad, docs, 0)
+    pattern = AttentionPattern(pad, docs, 0)
     cot = jnp.asarray(np.random.default_rng(1).normal(size=(B, T, H, K)), jnp.float32)
     ref, ref_grads = run("reference", *qkv(jnp.float32), None, pattern, cot)
     out, grads = run(impl, *qkv(jnp.bfloat16), None, pattern, cot)
@@ -109,19 +112,19 @@ def test_padding_only_row_stays_finite():
     q, k, v = qkv()
     for impl in KERNELS + ("reference",):
         for window in (0, 32):
-            attend = jax.jit(lambda *a, impl=impl: attention.attend(*a, impl))
-            out = attend(q, k, v, None, attention.AttentionPattern(pad, docs, window))
+            attend = jax.jit(lambda *a, impl=impl: attention_backends.attend(*a, impl))
+            out = attend(q, k, v, None, AttentionPattern(pad, docs, window))
             assert bool(jnp.isfinite(out).all()), (impl, window)
 
 
 def test_segment_ids_put_padding_in_its_own_segment():
     docs, pad, _ = packed_rows()
-    ids = attention.kernel_segment_ids(attention.AttentionPattern(pad, docs))
+    ids = attention_pattern.kernel_segment_ids(AttentionPattern(pad, docs))
     np.testing.assert_array_equal(ids[pad == 1], docs[pad == 1])
-    assert bool((ids[pad == 0] == attention.PAD_SEGMENT).all())
-    only_pad = attention.kernel_segment_ids(attention.AttentionPattern(pad, None))
-    np.testing.assert_array_equal(only_pad, np.where(pad, 0, attention.PAD_SEGMENT))
-    assert attention.kernel_segment_ids(attention.AttentionPattern()) is None
+    assert bool((ids[pad == 0] == attention_pattern.PAD_SEGMENT).all())
+    only_pad = attention_pattern.kernel_segment_ids(AttentionPattern(pad, None))
+    np.testing.assert_array_equal(only_pad, np.where(pad, 0, attention_pattern.PAD_SEGMENT))
+    assert attention_pattern.kernel_segment_ids(AttentionPattern()) is None
 
 
 def test_auto_on_cpu_is_the_dense_xla_path_bit_for_bit():
@@ -129,20 +132,22 @@ def test_auto_on_cpu_is_the_dense_xla_path_bit_for_bit():
     q, k, v = qkv()
     bias = jnp.asarray(np.random.default_rng(2).normal(size=(B, H, T, T)), jnp.float32)
     for window in (0, 32):
-        pattern = attention.AttentionPattern(pad, docs, window)
-        assert attention.choose_backend("auto", q, None, pattern) == "xla"
-        before = attention.fused_attention(q, k, v, bias, attention.make_mask(pad, docs, window, T))
-        np.testing.assert_array_equal(attention.attend(q, k, v, bias, pattern, "auto"), before)
+        pattern = AttentionPattern(pad, docs, window)
+        assert attention_backends.choose_backend("auto", q, None, pattern) == "xla"
+        before = dense.fused_attention(q, k, v, bias,
+                                       attention_pattern.make_mask(pad, docs, window, T))
+        np.testing.assert_array_equal(attention_backends.attend(q, k, v, bias, pattern, "auto"),
+                                      before)
 
 
 def test_cudnn_takes_a_bias_and_key_lengths():
     """cudnn serves ALiBi-like biases; right padding goes in as key lengths."""
     _, pad, _ = packed_rows()
-    pattern = attention.AttentionPattern(pad, None, 0)
+    pattern = AttentionPattern(pad, None, 0)
     q, k, v = qkv()
     bias = jnp.asarray(positions_lib.AlibiBias(H)(jnp.broadcast_to(jnp.arange(T), (B, T))))
-    ref = attention.attend(q, k, v, bias, pattern, "reference")
-    out = attention.attend(q, k, v, bias, pattern, "cudnn")
+    ref = attention_backends.attend(q, k, v, bias, pattern, "reference")
+    out = attention_backends.attend(q, k, v, bias, pattern, "cudnn")
     assert max_diff(out, ref, np.asarray(pad, bool)) <= F32_TOL
 
 
@@ -154,12 +159,12 @@ def fallback_lines(caplog, impl):
 @pytest.mark.parametrize("impl", ("splash", "pallas_gpu"))
 def test_bias_falls_back_to_dense_and_says_so_once(impl, fresh_notes, caplog):
     docs, pad, _ = packed_rows()
-    pattern = attention.AttentionPattern(pad, docs, 0)
+    pattern = AttentionPattern(pad, docs, 0)
     q, k, v = qkv()
     bias = jnp.asarray(positions_lib.AlibiBias(H)(jnp.broadcast_to(jnp.arange(T), (B, T))))
-    ref = attention.attend(q, k, v, bias, pattern, "reference")
+    ref = attention_backends.attend(q, k, v, bias, pattern, "reference")
     with caplog.at_level(logging.WARNING):
-        outs = [attention.attend(q, k, v, bias, pattern, impl) for _ in range(2)]
+        outs = [attention_backends.attend(q, k, v, bias, pattern, impl) for _ in range(2)]
     lines = fallback_lines(caplog, impl)
     assert len(lines) == 1 and "bias" in lines[0], lines
     for out in outs:
@@ -168,14 +173,14 @@ def test_bias_falls_back_to_dense_and_says_so_once(impl, fresh_notes, caplog):
 
 def test_kernel_refusals_name_their_reason():
     q = jnp.zeros((1, 96, 2, 8), jnp.float32)
-    empty = attention.AttentionPattern()
-    assert "multiple of 128" in attention._refuse_splash(q, None, empty)
-    assert "float32 or bfloat16" in attention._refuse_splash(
+    empty = AttentionPattern()
+    assert "multiple of 128" in pallas.refuse_splash(q, None, empty)
+    assert "float32 or bfloat16" in pallas.refuse_splash(
         jnp.zeros((1, 128, 2, 16), jnp.float16), None, empty)
-    assert "head dim >= 16" in attention._refuse_pallas_gpu(
+    assert "head dim >= 16" in pallas.refuse_pallas_gpu(
         jnp.zeros((1, 128, 2, 8)), None, empty)
-    assert "local window" in attention._refuse_pallas_gpu(
-        jnp.zeros((1, 128, 2, 16)), None, attention.AttentionPattern(window=32))
+    assert "local window" in pallas.refuse_pallas_gpu(
+        jnp.zeros((1, 128, 2, 16)), None, AttentionPattern(window=32))
 
 
 def init_params(cfg, ids, pad, pos, docs):
@@ -272,7 +277,7 @@ def test_attention_dropout_takes_the_reference_path_and_says_so(fresh_notes, cap
 
 
 def test_backend_names_are_validated():
-    for name in attention.ATTENTION_IMPLEMENTATIONS:
+    for name in attention_backends.IMPLEMENTATIONS:
         models.validate_config(tiny_model_cfg(attention_impl=name))
     cfg = config_lib.model_config("tiny")
     cfg.attention_impl = "flash"
@@ -299,8 +304,8 @@ def test_cudnn_packed_segments_rebuild_the_document_mask():
     """cuDNN's packed layout (segment lengths and offsets, O(T) per row) says exactly what
     make_mask says for every real query: same document, real keys only."""
     docs, pad, _ = packed_rows()
-    pattern = attention.AttentionPattern(pad, docs)
-    seqlens, offsets = attention.cudnn_packed_segments(pattern, T)
+    pattern = AttentionPattern(pad, docs)
+    seqlens, offsets = attention_pattern.cudnn_packed_segments(pattern, T)
     assert seqlens.shape == (B, T) and offsets.shape == (B, T + 1)
     np.testing.assert_array_equal(np.asarray(seqlens[:, :4]), [[40, 30, 40, -1], [90, 20, -1, -1]])
     idx = np.arange(T)
@@ -324,16 +329,16 @@ def test_kernels_run_on_each_devices_rows_under_a_mesh(impl):
     docs, pad, _ = packed_rows()
     docs, pad = (jnp.concatenate([x, x]) for x in (docs, pad))  # B = 4: a row per device
     q, k, v = (jnp.concatenate([x, x]) for x in qkv())
-    pattern = attention.AttentionPattern(pad, docs)
+    pattern = AttentionPattern(pad, docs)
     shard = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(("data", "fsdp")))
     fn = jax.jit(partitioning.traced_under(
-        lambda q, k, v, pad, docs: attention.attend(q, k, v, None,
-                                                    attention.AttentionPattern(pad, docs), impl),
+        lambda q, k, v, pad, docs: attention_backends.attend(
+            q, k, v, None, AttentionPattern(pad, docs), impl),
         mesh), in_shardings=shard, out_shardings=shard)
     compiled = fn.lower(q, k, v, pad, docs).compile()
     assert "all-gather" not in compiled.as_text()
     out = compiled(q, k, v, pad, docs)
-    ref = attention.reference_attention(q, k, v, None, pattern.dense(T))
+    ref = dense.reference_attention(q, k, v, None, pattern.dense(T))
     real = pad.astype(bool)
     assert max_diff(out, ref, real) < F32_TOL
 
@@ -344,17 +349,17 @@ def test_the_target_platform_is_the_meshs_not_the_hosts():
     from encoder.train import partitioning
     cpu_mesh = partitioning.make_mesh({"data": 1, "fsdp": 1}, jax.devices()[:1])
     q, _, _ = qkv(jnp.bfloat16)
-    pattern = attention.AttentionPattern(*packed_rows()[1::-1])
+    pattern = AttentionPattern(*packed_rows()[1::-1])
     with partitioning.activation_context(cpu_mesh):
         assert sharding.target_platform() == "cpu"
-        assert attention.choose_backend("auto", q, None, pattern) == "xla"
+        assert attention_backends.choose_backend("auto", q, None, pattern) == "xla"
     import importlib.util
     if importlib.util.find_spec("libtpu") is None:
         pytest.skip("libtpu is not installed: no TPU topology to name")
-    from encoder.train import compile_report
+    from encoder.aot import compile_report
     tpu_mesh = partitioning.make_mesh({"data": 4, "fsdp": 1},
                                       compile_report.topology_devices("v5e:2x2"))
     with partitioning.activation_context(tpu_mesh):
         assert sharding.target_platform() == "tpu"
-        assert attention.choose_backend("auto", q, None, pattern) == "splash"
-        assert not attention._interpret("tpu", "splash")
+        assert attention_backends.choose_backend("auto", q, None, pattern) == "splash"
+        assert not pallas.interpret_mode("tpu", "splash")

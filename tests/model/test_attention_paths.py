@@ -1,5 +1,5 @@
-"""What attention ran, not what was asked: `attention.paths_taken()` counts the path each
-call is compiled to where it is dispatched, and a benchmark row names it."""
+"""What attention ran, not what was asked: each call says the path it is compiled to where it
+is dispatched, `attention_trace.traced()` counts them, and a benchmark row names it."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from benchmarks import device
-from encoder.model import attention, encoder
+from encoder.aot import attention_trace
+from encoder.model import attention_backends, encoder
+from encoder.model.attention_pattern import AttentionPattern
 
 B, T, H, K = 2, 128, 2, 16
 
@@ -16,10 +18,11 @@ def traced_paths(impl, bias=None, dtype=jnp.float32) -> str:
     """The paths one attend() call takes, traced abstractly (nothing compiles or runs)."""
     q = jnp.zeros((B, T, H, K), dtype)
     pad = jnp.ones((B, T), jnp.int32)
-    pattern = attention.AttentionPattern(pad, None, 0)
-    with attention.paths_taken() as paths:
-        jax.eval_shape(lambda q, k, v: attention.attend(q, k, v, bias, pattern, impl), q, q, q)
-    return attention.describe_paths(paths)
+    pattern = AttentionPattern(pad, None, 0)
+    with attention_trace.traced() as trace:
+        jax.eval_shape(lambda q, k, v: attention_backends.attend(q, k, v, bias, pattern, impl),
+                       q, q, q)
+    return attention_trace.describe_paths(trace.paths)
 
 
 @pytest.mark.parametrize("impl, ran", [
@@ -46,17 +49,17 @@ def test_attention_dropout_is_named_and_nothing_outside_the_block_counts():
     pos = jnp.broadcast_to(jnp.arange(T), (B, T))
     model = encoder.Encoder(cfg)
     params = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), ids, None, pad, pos))
-    with attention.paths_taken() as training:
+    with attention_trace.traced() as training:
         jax.eval_shape(lambda p: model.apply(p, ids, None, pad, pos, deterministic=False,
                                              rngs={"dropout": jax.random.PRNGKey(1)}), params)
-    with attention.paths_taken() as serving:
+    with attention_trace.traced() as serving:
         jax.eval_shape(lambda p: model.apply(p, ids, None, pad, pos), params)
-    assert attention.describe_paths(training) == "reference (attention dropout)"
-    assert attention.describe_paths(serving) == "splash (interpret)"
-    assert sum(training.values()) == cfg.num_layers  # unscanned: one trace per layer
-    with attention.paths_taken() as nothing:
+    assert attention_trace.describe_paths(training.paths) == "reference (attention dropout)"
+    assert attention_trace.describe_paths(serving.paths) == "splash (interpret)"
+    assert sum(training.paths.values()) == cfg.num_layers  # unscanned: one trace per layer
+    with attention_trace.traced() as nothing:
         pass
-    assert attention.describe_paths(nothing) == "none traced"
+    assert attention_trace.describe_paths(nothing.paths) == "none traced"
 
 
 def test_a_device_row_that_fell_back_says_it_did_not_run_as_asked():
@@ -82,8 +85,8 @@ def _tiny_cfg(**overrides):
 def test_paths_are_counted_per_trace_not_per_step():
     """A jitted function traced once and called again adds nothing: the count is of traces."""
     q = jnp.asarray(np.zeros((B, T, H, K)), jnp.float32)
-    fn = jax.jit(lambda q: attention.attend(q, q, q, None, None, "xla"))
-    with attention.paths_taken() as paths:
+    fn = jax.jit(lambda q: attention_backends.attend(q, q, q, None, None, "xla"))
+    with attention_trace.traced() as trace:
         fn(q)
         fn(q)
-    assert dict(paths) == {"xla": 1}
+    assert dict(trace.paths) == {"xla": 1}

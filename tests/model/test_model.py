@@ -6,7 +6,8 @@ import pytest
 
 import encoder
 from encoder import config as config_lib
-from encoder.model import attention, models, positions
+from encoder.model import attention_pattern, models, positions
+from encoder.model.attention_backends import dense
 from helpers import count, init_masked_lm, random_ids
 
 SCHEMES = ["learned", "sinusoidal", "rope", "alibi", "t5_bias", "deberta", "none"]
@@ -113,13 +114,13 @@ def test_local_window_limits_receptive_field(tiny_cfg):
         _, params = init_masked_lm(tiny_cfg)
         out, out2 = (encoder.encode(tiny_cfg, params, x) for x in (ids, changed))
         assert (np.abs(out[0, 0] - out2[0, 0]).max() > 1e-5) == far_token_matters
-    mask = attention.make_mask(None, None, window=4, length=8)[0, 0]
+    mask = attention_pattern.make_mask(None, None, window=4, length=8)[0, 0]
     expected = np.abs(np.arange(8)[:, None] - np.arange(8)[None]) <= 2
     np.testing.assert_array_equal(mask, expected)
 
 
 def test_alternating_local_global_layers():
-    from encoder.model.encoder import layer_is_global
+    from encoder.model.attention_pattern import layer_is_global
     from ml_collections import ConfigDict
     cfg = ConfigDict(dict(local_window=128, global_every=3))
     assert [layer_is_global(cfg, i) for i in range(7)] == [True, False, False, True, False,
@@ -136,9 +137,9 @@ def test_fused_and_reference_attention_agree():
     bias = jnp.asarray(rng.normal(size=(2, 3, 9, 9)), jnp.float32)
     am = jnp.asarray([[1] * 9, [1] * 6 + [0] * 3])
     docs = jnp.asarray([[0] * 4 + [1] * 5, [0] * 9])
-    mask = attention.make_mask(am, docs, window=4, length=9)
-    ref = attention.reference_attention(q, k, v, bias, mask)
-    fused = attention.fused_attention(q, k, v, bias, mask, "xla")
+    mask = attention_pattern.make_mask(am, docs, window=4, length=9)
+    ref = dense.reference_attention(q, k, v, bias, mask)
+    fused = dense.fused_attention(q, k, v, bias, mask, "xla")
     np.testing.assert_allclose(fused, ref, atol=1e-5)
 
 

@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from encoder.data import synthetic
-from encoder.train import compile_report
+from encoder.aot import compile_report
 from encoder import config as config_lib
 
 # XLA counts every op (norms, softmax, GELU, Adam, the masking) and the analytic count

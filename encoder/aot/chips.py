@@ -1,4 +1,5 @@
-"""Accelerator chip constants for the compile report's fit check and step-time estimate.
+"""Accelerator chip constants: the compile report's fit check and step-time estimate, and
+the peak FLOP/s a run's MFU is measured against (peak_flops_per_device).
 
 Per chip, from the vendors' datasheets (Cloud TPU system architecture pages; NVIDIA's
 product briefs). Peak FLOP/s is dense bf16; HBM bandwidth and the interconnect figure are
@@ -7,6 +8,7 @@ over its chips). Figures marked `recalled` were not re-read against the page at 
 of writing.
 """
 import dataclasses
+import time
 
 GiB = 2 ** 30
 GB = 10 ** 9
@@ -79,3 +81,28 @@ def chip_for_device(device) -> Chip | None:
                                          and chip.name.split()[-1].lower() in kind):
             return chip
     return None
+
+
+def peak_flops_per_device() -> float:
+    """Datasheet dense bf16 peak of this host's accelerator; a measurement on CPU (or on a
+    device with no constants here)."""
+    import jax
+    chip = chip_for_device(jax.devices()[0])
+    if chip is not None:
+        return chip.peak_flops
+    return measure_matmul_flops()
+
+
+def measure_matmul_flops(n: int = 1024, repeats: int = 5) -> float:
+    """Achieved float32 FLOP/s of an n x n matmul on the default device."""
+    import jax
+    import jax.numpy as jnp
+    a = jnp.ones((n, n), jnp.float32)
+    f = jax.jit(lambda x: x @ x)
+    f(a).block_until_ready()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        f(a).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return 2 * n ** 3 / best

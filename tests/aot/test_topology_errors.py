@@ -4,7 +4,7 @@ import sys
 import pytest
 
 from encoder import errors
-from encoder.train import compile_report
+from encoder.aot import compile_report
 
 
 def test_without_libtpu_the_error_is_the_users_to_fix(monkeypatch):

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from encoder import errors
-from encoder.train import chips, compile_report, targets
+from encoder.aot import chips, compile_report, targets
+from encoder.aot.hlo import COLLECTIVES, program_contents, replica_groups
 
 
 def test_gpu_topology_names():
@@ -45,7 +46,7 @@ def test_a_missing_cuda_compiler_names_the_install(monkeypatch, tmp_path):
 
 
 def _groups(line):
-    return compile_report.replica_groups(line, 16)
+    return replica_groups(line, 16)
 
 
 def test_replica_groups_in_each_form():
@@ -82,7 +83,7 @@ def test_collectives_across_hosts_are_counted_apart():
         "  ROOT %t = f32[8]{0} copy(%p)",
         "}"])
     hosts = [i // 8 for i in range(16)]  # 2 hosts of 8
-    out = compile_report.program_contents(hlo, hosts)
+    out = program_contents(hlo, hosts)
     assert out["collectives"]["all-reduce"] == {"count": 1, "bytes": 4096}
     assert out["collectives_cross_host"]["all-reduce"] == {"count": 1, "bytes": 4096}
     assert out["collectives_cross_host"]["all-gather"]["count"] == 0  # within a host
@@ -92,7 +93,7 @@ def test_collectives_across_hosts_are_counted_apart():
 
 
 def test_the_gpu_step_bound_splits_nvlink_from_infiniband():
-    coll = {k: {"count": 0, "bytes": 0} for k in compile_report.COLLECTIVES}
+    coll = {k: {"count": 0, "bytes": 0} for k in COLLECTIVES}
     cross = {k: dict(v) for k, v in coll.items()}
     coll["all-reduce"] = {"count": 2, "bytes": 900e9 + 50e9}
     cross["all-reduce"] = {"count": 1, "bytes": 50e9}
