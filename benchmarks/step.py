@@ -10,8 +10,8 @@ from absl import flags
 from benchmarks import hf_reference
 from benchmarks.common import (attention_ran, bench_config, experiment_config, report,
                                time_step)
+from encoder.aot import attention_trace, chips
 from encoder.data import synthetic
-from encoder.model import attention
 
 FLAGS = flags.FLAGS
 
@@ -24,24 +24,20 @@ def ours(config, peak):
     # The very step pretraining compiles (encoder/train/trainer.py), not a copy of it.
     trainer = trainer_lib.Trainer(
         partitioning.make_mesh(config.mesh), optimizer.make_optimizer(config.train),
-        step.init_params, loss_fn=step.loss_fn, prepare=step.prepare, seed=config.seed)
-    state = trainer.initial_state
+        step.init_params, seed=config.seed)
+    state = trainer.fresh_state()
     batch = trainer.shard(synthetic.random_batch(config))
     n_params = sum(int(np.prod(x.shape)) for x in jax.tree.leaves(state.params))
-    with (attention.recording() as notes, attention.paths_taken() as paths,  # at trace time
-          attention.layer_paths() as layers):
+    with attention_trace.traced() as trace:  # at trace time
         compile_s, step_s, mem, metrics = time_step(
-            trainer.step_fn, state, batch, lambda i: jax.random.key(i),
-            traced=lambda: print(json.dumps({"attention_layers": _layers(layers),
-                                             "attention_notes": list(notes)}), flush=True))
+            trainer.step(step.loss_fn, step.prepare), state, batch, lambda i: jax.random.key(i),
+            traced=lambda: print(json.dumps({"attention_layers": trace.layer_paths(),
+                                             "attention_notes": list(trace.notes)}),
+                                 flush=True))
     fps = flops.config_train_flops_per_step(config)
     return report("this codebase", config, n_params, compile_s, step_s, fps, peak, mem,
-                  loss=float(metrics["loss"]), attention_layers=_layers(layers),
-                  **attention_ran(paths, notes))
-
-
-def _layers(layers: dict) -> dict:
-    return {kind: sorted(paths) for kind, paths in sorted(layers.items())}
+                  loss=float(metrics["loss"]), attention_layers=trace.layer_paths(),
+                  **attention_ran(trace))
 
 
 def hf(config, peak):
@@ -61,9 +57,8 @@ def hf(config, peak):
 
 
 def run():
-    from encoder.train import flops
     config = experiment_config() if FLAGS.config is not None else bench_config()
-    peak = flops.peak_flops_per_device()
+    peak = chips.peak_flops_per_device()
     row = ours(config, peak)
     print(json.dumps(row), flush=True)
     if FLAGS.against == "hf":

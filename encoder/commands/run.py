@@ -70,7 +70,7 @@ JOBS = {"pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate, "em
 RESUMABLE = ("pretrain", "finetune")  # a stopped run of these resumes from its checkpoint
 
 
-def _report(mode: str, result: dict) -> None:
+def _report(mode: str, result: dict, objective: str = "mlm") -> None:
     """The result's JSON; pretraining's held-out figures beside their baselines, last."""
     if mode != "pretrain":
         print(json.dumps(result, indent=1))
@@ -78,12 +78,9 @@ def _report(mode: str, result: dict) -> None:
     summary = {k: v for k, v in result.items() if k.startswith("eval/") or k in (
         "step", "train/loss", "parameters")}
     print(json.dumps(summary, indent=1))
-    if "eval/mlm_accuracy" in result and "eval/mlm_baseline_accuracy" in result:
-        print(f"held-out masked-token accuracy {result['eval/mlm_accuracy']:.3f} vs. "
-              f"most-frequent-token baseline {result['eval/mlm_baseline_accuracy']:.3f}")
-    if "eval/rtd_accuracy" in result:
-        print(f"held-out replaced-token detection accuracy {result['eval/rtd_accuracy']:.3f} vs. "
-              f"all-original baseline {result['eval/rtd_baseline_accuracy']:.3f}")
+    from encoder.objectives import objectives  # the objective's own lines (its table row)
+    for line in objectives.OBJECTIVES[objective].summary(result):
+        print(line)
 
 
 def _run(argv):
@@ -110,7 +107,7 @@ def _run(argv):
         print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "
               "again to resume", flush=True)
         raise SystemExit(errors.STOPPED_EXIT_CODE)
-    _report(mode, result)
+    _report(mode, result, config.get("objective", "mlm"))
 
 
 def _launch() -> None:

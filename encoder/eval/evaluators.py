@@ -1,9 +1,10 @@
 """Evaluators: what a training loop measures besides its loss, behind one interface.
 
-An evaluator is a callable `(params, step) -> {metric: value}`; `as_callback` turns a
-list of them into the loop's evaluation callback (encoder/train/loop.py, Evaluate),
-so a job declares what it evaluates and the loop never asks which job it runs
-(big_vision's `config.evals`, as a list of objects instead of a registry of names).
+An evaluator of parameters is a callable `(params, step) -> {metric: value}` (HeldOut,
+config.evals' kinds); what the training loop's one Evaluate action runs is a list of
+objects with a name and a cadence, called with the train state (HeldOutFigures, Recorded,
+fine-tuning's dev score), so a job declares what it evaluates and the loop never asks
+which job it runs (big_vision's `config.evals`).
 """
 import dataclasses
 from typing import Callable, Protocol, Sequence
@@ -45,20 +46,50 @@ class HeldOut:
         return {f"{self.prefix}{k}": v / self.num_batches for k, v in totals.items()}
 
 
-def as_callback(evaluators: Sequence[Evaluator]) -> Callable | None:
-    """The trainer's evaluate(state, step, last) -> metrics over every evaluator (None if
-    there are none); a metric named twice is an error, not an overwrite."""
-    if not evaluators:
-        return None
+# ------------------------------------------------------------- what the loop's Evaluate runs
+# Each has `name`, `every` (steps; 0: only where asked) and is called as
+# ev(state, step, last) -> entries of the metrics row.
 
-    def evaluate(state, step: int, last: dict) -> dict:
+@dataclasses.dataclass(frozen=True, eq=False)
+class HeldOutFigures:
+    """The objective's held-out metrics (eval/...) every `every` steps, and those of the
+    parameters' EMA (eval_ema/...) where the optimizer keeps one (ema(opt_state) -> params
+    or None)."""
+    on_params: HeldOut
+    on_ema: HeldOut
+    ema: Callable
+    every: int
+    name: str = "heldout"
+
+    def __call__(self, state, step: int, last: dict) -> dict:
         del last
-        out: dict = {}
-        for ev in evaluators:
-            metrics = ev(state.params, step)
-            clash = set(out) & set(metrics)
-            if clash:
-                raise ValueError(f"two evaluators report {sorted(clash)}")
-            out.update(metrics)
+        out = self.on_params(state.params, step)
+        ema = self.ema(state.opt_state)
+        if ema is not None:
+            out.update(self.on_ema(ema, step))
         return out
-    return evaluate
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Recorded:
+    """A declared evaluator (config.evals: .name, .key, .every, .fn(params, step)) whose
+    scores go to the workdir's record (evals.jsonl) as evals/NAME/METRIC: a step the
+    record already scored (a resumed run replaying it) is read back, not scored again."""
+    declared: object
+    record: object            # metrics_io.ScoreRecord
+
+    @property
+    def name(self) -> str:
+        return self.declared.name
+
+    @property
+    def every(self) -> int:
+        return self.declared.every
+
+    def __call__(self, state, step: int, last: dict) -> dict:
+        del last
+        metrics = self.record.get(self.declared, step)
+        if metrics is None:
+            metrics = self.declared.fn(state.params, step)
+            self.record.add(self.declared, step, metrics)
+        return {f"evals/{self.name}/{k}": v for k, v in metrics.items()}

@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from absl import logging
 
-from encoder import registry
+from encoder import ranges, registry
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline, tokenizer as tokenizer_lib
 from encoder.eval import inference
@@ -38,12 +38,14 @@ from encoder.tasks.table import TASKS
 from encoder.model import models
 from encoder.model.encoder import encoder_params
 from encoder.train import metrics_io, optimizer as optimizer_lib, partitioning
-from encoder.train import finetune_step, loop, trainer as trainer_lib
-from encoder.train import workdir as workdir_lib
+from encoder.jobs import skeleton
+from encoder.train import experiment as experiment_lib, finetune_step, loop
+from encoder.train import trainer as trainer_lib
 
 
 def validate(config, num_devices: int | None = None) -> None:
     """Names and numbers of a fine-tuning config, checked before anything is loaded."""
+    ranges.check(config)  # every number in its range, first (encoder/ranges.py)
     registry.lookup(TASKS, config.task, "task")
     registry.lookup(dict.fromkeys(frozen.MODES), config.finetune.mode, "fine-tuning mode")
     task_files.refuse_training_files_as_held_out(
@@ -102,6 +104,7 @@ class FineTuning:
     train_cfg: Any            # the optimizer's view (num_steps, warmup)
     steps_per_epoch: int
     total_steps: int
+    loss_fn: Any = None       # (params, batch, rng) -> (loss, metrics)
 
     def effective(self, params):
         f = self.config.finetune
@@ -134,10 +137,12 @@ def _say_labels(labels: LabelSet | None, src: sources.Pretrained) -> None:
                     f"; the training file adds {added}" if added else "")
 
 
-def build(config, workdir: str, devices=None) -> FineTuning:
+def build(config, workdir: str, devices=None, mesh=None) -> FineTuning:
+    """The run's pieces (a mesh given: its config was validated on it already)."""
     config = config.copy_and_resolve_references()
-    mesh = partitioning.make_mesh(config.mesh, devices)
-    validate(config, mesh.devices.size)
+    if mesh is None:
+        mesh = partitioning.make_mesh(config.mesh, devices)
+        validate(config, mesh.devices.size)
     src = load_source(config)
     defaults.resolve(config, src.model_cfg.hidden_size, src.model_cfg.num_layers)
     model_cfg = finetune_step.model_config(config, src.model_cfg)
@@ -172,10 +177,9 @@ def build(config, workdir: str, devices=None) -> FineTuning:
     total = config.train.num_steps or steps_per_epoch * config.train.num_epochs
 
     step = finetune_step.build(config, task, model_cfg, total)
-    trainer = trainer_lib.Trainer(mesh, step.tx, step.init_params, step.loss_fn,
-                                  seed=config.seed)
+    trainer = trainer_lib.Trainer(mesh, step.tx, step.init_params, seed=config.seed)
     return FineTuning(config, workdir, src, task, model_cfg, step.model, splits, train_source,
-                      trainer, step.train_cfg, steps_per_epoch, total)
+                      trainer, step.train_cfg, steps_per_epoch, total, step.loss_fn)
 
 
 def head_rows(src: sources.Pretrained, task: str, labels: LabelSet | None) -> str:
@@ -278,6 +282,11 @@ class DevScore:
     metric, else minus the training loss."""
     run: FineTuning
     eval_state: Any           # jitted (params, batch) -> the task's outputs
+    name: str = "dev"
+
+    @property
+    def every(self) -> int:   # each epoch's end
+        return self.run.steps_per_epoch
 
     def __call__(self, state, step: int, last: dict) -> dict:
         row = {"epoch": step // self.run.steps_per_epoch}
@@ -333,64 +342,73 @@ def check_source(workdir: str, init_from: str, primary: bool) -> None:
 
 def finetune(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) fine-tuning; returns {'dev': metrics, 'test': metrics}."""
-    validate(config)  # before the workdir is touched: a refused config writes nothing
-    with workdir_lib.claim(workdir, config, MUTABLE, primary=jax.process_index() == 0):
-        check_source(workdir, config.init_from, jax.process_index() == 0)
-        with store.disk_full_named(workdir):
-            result = _finetune(config, workdir, devices)
-        if not result.get("stopped") and jax.process_index() == 0:
-            workdir_lib.record_finished(workdir, step=result.get("step"))
-        return result
+    mesh = partitioning.make_mesh(config.mesh, devices)
+    validate(config, mesh.devices.size)  # once, before the workdir is touched
+    return skeleton.run(config, workdir, lambda c, w, d: experiment(c, w, mesh), MUTABLE,
+                        devices, on_claim=lambda: check_source(workdir, config.init_from,
+                                                               jax.process_index() == 0))
 
 
-def _finetune(config, workdir: str, devices=None) -> dict:
-    run = build(config, workdir, devices)
-    cfg = run.config
-    primary = jax.process_index() == 0
-    mngr, writer, start = trainer_lib.open_run(run.trainer, workdir, cfg, config,
-                                               cfg.train.keep_checkpoints, init_from_source(run))
-    state, data_state, restored = start.state, start.data_state, start.step
-    if primary:  # the tokenizer and labels travel with the run (a valid init_from)
-        run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
-        if run.task.labels is not None:
-            metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
-
+def experiment(config, workdir: str, mesh) -> experiment_lib.Experiment:
+    """Fine-tuning as one Experiment: one segment of epochs, scored on dev at each epoch's
+    end, the best epoch's parameters kept in best/."""
+    run = build(config, workdir, mesh=mesh)
+    cfg, trainer = run.config, run.trainer
     eval_state = jax.jit(lambda p, b: run.task.forward(run.model, run.effective(p), b),
-                         in_shardings=(run.trainer.shardings.params, run.trainer.batch_sharding),
-                         out_shardings=run.trainer.replicated)
-    best = {"score": -math.inf}
-    if restored is not None and os.path.exists(os.path.join(workdir, "best.json")):
-        if primary:
-            _recover_best(workdir)
-        with open(os.path.join(workdir, "best.json")) as f:
-            best = json.load(f)
-        best["score"] = -math.inf if best.get("score") is None else best["score"]
+                         in_shardings=(trainer.shardings.params, trainer.batch_sharding),
+                         out_shardings=trainer.replicated)
+    best: dict = {"score": -math.inf}
     keep_best = loop.KeepBest(
         "score", lambda state, row: _save_best(run, run.effective(state.params), row), best,
         fields=("epoch",))
     opts = loop.LoopOptions(
         num_steps=run.total_steps, log_every=run.steps_per_epoch,
         checkpoint_every=cfg.train.checkpoint_every or run.steps_per_epoch,
-        eval_every=run.steps_per_epoch,
         learning_rate=optimizer_lib.learning_rate_schedule(run.train_cfg),
         progress=cfg.train.progress, seed=cfg.seed)
-    it = pipeline.batch_iterator(run.train_source, cfg.train.batch_size,
-                                 seed=cfg.seed, process_index=jax.process_index(),
-                                 process_count=jax.process_count())
-    if data_state is not None:
-        it.set_state(data_state)
-    try:
-        state, last = loop.run_loop(
-            run.trainer, state, it, mngr, writer, opts, evaluate=DevScore(run, eval_state),
-            on_evaluation=[keep_best, _epoch_line], meta={"task": cfg.task,
-                                                          "objective": "finetune"},
-            restored_meta=start.meta)
-    finally:
-        mngr.close()
-        writer.close()
+
+    def batches(data_state, step, previous):
+        it = pipeline.batch_iterator(run.train_source, cfg.train.batch_size, seed=cfg.seed,
+                                     process_index=jax.process_index(),
+                                     process_count=jax.process_count())
+        if data_state is not None:
+            it.set_state(data_state)
+        return it
+
+    bs = cfg.train.batch_size
+    parts = experiment_lib.Parts(trainer_lib.Steps(trainer, run.loss_fn, None, bs, 1, bs),
+                                 batches, [DevScore(run, eval_state)], opts,
+                                 {"task": cfg.task, "objective": "finetune"})
+    return experiment_lib.Experiment(
+        cfg, config, workdir, trainer,
+        lambda mngr: trainer_lib.start_state(trainer, mngr, init_from_source(run)),
+        (experiment_lib.Segment("main", 0, 0, run.total_steps, lambda: parts),),
+        cfg.train.keep_checkpoints, begin=lambda start, writer: _begin(run, start, best),
+        on_evaluation=[keep_best, _epoch_line],
+        finish=lambda state, last: _finish(run, eval_state, state, last))
+
+
+def _begin(run: FineTuning, start, best: dict) -> None:
+    """The tokenizer and labels travel with the run (a valid init_from); a resumed run
+    takes back its best epoch so far."""
+    workdir, primary = run.workdir, jax.process_index() == 0
+    if primary:
+        run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
+        if run.task.labels is not None:
+            metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
+    if start.step is not None and os.path.exists(os.path.join(workdir, "best.json")):
+        if primary:
+            _recover_best(workdir)
+        with open(os.path.join(workdir, "best.json")) as f:
+            best.update(json.load(f))
+        best["score"] = -math.inf if best.get("score") is None else best["score"]
+
+
+def _finish(run: FineTuning, eval_state, state, last: dict) -> dict:
+    """The best epoch's parameters scored on dev and test: eval.json, predictions.jsonl."""
     if last.get("stopped"):
         return {"stopped": True, "step": int(state.step)}
-
+    workdir = run.workdir
     _, best_params = store.load_params(os.path.join(workdir, "best"))
     # The best parameters in the state's layout, so the compiled dev function serves:
     # LoRA adapters are already merged into them, zero adapters add nothing.
@@ -404,7 +422,7 @@ def _finetune(config, workdir: str, devices=None) -> dict:
             m, preds = score_split(run, eval_state, best_tree, run.splits[name])
             results[name] = m
             predictions += [{"split": name, "index": i, **p} for i, p in enumerate(preds)]
-    if primary:
+    if jax.process_index() == 0:
         metrics_io.write_json(os.path.join(workdir, "eval.json"), results)
         with open(os.path.join(workdir, "predictions.jsonl"), "w") as f:
             for p in predictions:

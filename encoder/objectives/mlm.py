@@ -7,7 +7,7 @@ loss on the pooled [CLS] vector is added for BERT and ALBERT recipes.
 import jax
 import jax.numpy as jnp
 
-from encoder.model import heads
+from encoder.model import flops, heads
 from encoder.objectives import masking
 
 
@@ -84,3 +84,18 @@ def loss_fn(params, batch, rng, ctx, deterministic=False):
         loss = loss + pair_loss
     metrics["loss"] = loss
     return loss, metrics
+
+
+def forward_flops(config, batch_size: int, seq_len: int, predictions_per_row: int) -> float:
+    """The encoder on every token, the MLM head on the prediction slots."""
+    m = config.model
+    return (batch_size * seq_len * flops.encoder_flops_per_token(m, seq_len)
+            + batch_size * predictions_per_row * flops.mlm_head_flops(m))
+
+
+def summary(result: dict) -> list[str]:
+    """The held-out masked-token accuracy beside the most-frequent-token baseline."""
+    if "eval/mlm_accuracy" not in result or "eval/mlm_baseline_accuracy" not in result:
+        return []
+    return [f"held-out masked-token accuracy {result['eval/mlm_accuracy']:.3f} vs. "
+            f"most-frequent-token baseline {result['eval/mlm_baseline_accuracy']:.3f}"]

@@ -12,22 +12,7 @@ import numpy as np
 from encoder import config as config_lib, registry
 from encoder.model import models
 from encoder.objectives import masking, mlm, rtd
-
-
-def generator_config(cfg, fraction: float, layers: int = 0):
-    """ELECTRA's generator: the discriminator's config at a fraction of its width, sized as
-    ELECTRA's released code sizes it (run_pretraining.get_generator_config): width
-    round(D x fraction), one head per 64 of it (at least one), the FFN at the same fraction;
-    the embedding width stays (the tables are shared)."""
-    gen = cfg.copy_and_resolve_references()
-    width = max(int(round(cfg.hidden_size * fraction)), 1)
-    heads = max(1, width // 64)
-    gen.num_heads = heads if width % heads == 0 else 1
-    gen.hidden_size = width
-    gen.intermediate_size = max(1, int(round(cfg.intermediate_size * fraction)))
-    gen.num_layers = layers or cfg.num_layers
-    gen.embedding_size = cfg.embedding_size or cfg.hidden_size
-    return gen
+from encoder.objectives.rtd import generator_config  # noqa: F401 (its home is rtd.py)
 
 
 def build_mlm(config):
@@ -42,19 +27,25 @@ def build_rtd(config):
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
+    """A training game, everything about it in one row: adding an objective is its own
+    file and its row here."""
     build_model: Callable[[Any], Any]
-    prepare: Callable
-    loss_fn: Callable
-    eval_keys: tuple[str, ...]  # metrics reported under eval/
+    prepare: Callable               # (batch, rng, ctx) -> the corrupted batch, on device
+    loss_fn: Callable               # (params, batch, rng, ctx, deterministic) -> (loss, metrics)
+    eval_keys: tuple[str, ...]      # metrics reported under eval/
+    forward_flops: Callable         # (config, batch, seq_len, predictions per row) -> FLOPs
+    summary: Callable               # a run's result -> its closing lines
+    pretraining_only: tuple = ()    # parameter subtrees left out of the published count
 
 
 OBJECTIVES: dict[str, Objective] = {
     "mlm": Objective(build_mlm, mlm.prepare, mlm.loss_fn,
                      ("loss", "mlm_loss", "mlm_accuracy", "mlm_baseline_accuracy",
-                      "pair_accuracy")),
+                      "pair_accuracy"), mlm.forward_flops, mlm.summary),
     "rtd": Objective(build_rtd, mlm.prepare, rtd.loss_fn,
                      ("loss", "gen_loss", "mlm_accuracy", "rtd_loss", "rtd_accuracy",
-                      "rtd_baseline_accuracy", "rtd_precision", "rtd_recall")),
+                      "rtd_baseline_accuracy", "rtd_precision", "rtd_recall"),
+                     rtd.forward_flops, rtd.summary, ("generator", "generator_head")),
 }
 
 
@@ -103,10 +94,6 @@ def make_context(config, tokenizer, most_frequent_id: int) -> ObjectiveContext:
         max_predictions=config_lib.max_predictions(config.data.seq_len, config.masking.rate))
 
 
-# Subtrees that exist only for pretraining and are not part of the published counts.
-_PRETRAINING_ONLY = ("generator", "generator_head")
-
-
 def parameter_count(config) -> tuple[int, int]:
     """(all parameters, the model's published-style count) via eval_shape, nothing allocated.
 
@@ -122,5 +109,6 @@ def parameter_count(config) -> tuple[int, int]:
     params = shapes["params"]
     size = lambda tree: sum(int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
     total = size(params)
-    published = total - sum(size(params[k]) for k in _PRETRAINING_ONLY if k in params)
+    published = total - sum(size(params[k]) for k in OBJECTIVES[config.objective].pretraining_only
+                            if k in params)
     return total, published

@@ -9,7 +9,24 @@ L = L_gen + λ L_disc (λ = electra.disc_weight, 50 in the paper).
 import jax
 import jax.numpy as jnp
 
+from encoder.model import flops
 from encoder.objectives import mlm
+
+
+def generator_config(cfg, fraction: float, layers: int = 0):
+    """ELECTRA's generator: the discriminator's config at a fraction of its width, sized as
+    ELECTRA's released code sizes it (run_pretraining.get_generator_config): width
+    round(D x fraction), one head per 64 of it (at least one), the FFN at the same fraction;
+    the embedding width stays (the tables are shared)."""
+    gen = cfg.copy_and_resolve_references()
+    width = max(int(round(cfg.hidden_size * fraction)), 1)
+    heads = max(1, width // 64)
+    gen.num_heads = heads if width % heads == 0 else 1
+    gen.hidden_size = width
+    gen.intermediate_size = max(1, int(round(cfg.intermediate_size * fraction)))
+    gen.num_layers = layers or cfg.num_layers
+    gen.embedding_size = cfg.embedding_size or cfg.hidden_size
+    return gen
 
 
 def sample_replacements(rng, logits, temperature: float = 1.0):
@@ -65,3 +82,25 @@ def loss_fn(params, batch, rng, ctx, deterministic=False):
     loss = gen_loss + ctx.config.electra.disc_weight * disc_loss
     return loss, {"loss": loss, "gen_loss": gen_loss, "gen_accuracy": gen["accuracy"],
                   "mlm_accuracy": gen["accuracy"], "mlm_loss": gen_loss, **disc}
+
+
+def forward_flops(config, batch_size: int, seq_len: int, predictions_per_row: int) -> float:
+    """The discriminator and its per-token head on every token; the generator on every
+    token and its MLM head on the prediction slots."""
+    m, e = config.model, config.electra
+    gen = generator_config(m, e.generator_fraction, e.generator_layers)
+    tokens = batch_size * seq_len
+    return (tokens * flops.encoder_flops_per_token(m, seq_len)
+            + tokens * 2 * (m.hidden_size * m.hidden_size + m.hidden_size)
+            + tokens * flops.encoder_flops_per_token(gen, seq_len)
+            + batch_size * predictions_per_row * flops.mlm_head_flops(gen))
+
+
+def summary(result: dict) -> list[str]:
+    """The generator's masked-token line, then detection accuracy beside all-original."""
+    lines = mlm.summary(result)
+    if "eval/rtd_accuracy" in result:
+        lines.append(f"held-out replaced-token detection accuracy "
+                     f"{result['eval/rtd_accuracy']:.3f} vs. all-original baseline "
+                     f"{result['eval/rtd_baseline_accuracy']:.3f}")
+    return lines

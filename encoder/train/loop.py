@@ -3,34 +3,27 @@
     for each step:
         state, metrics = step(state, batch, rng)        # dispatched; metrics stay on device
         tick = Tick(step, state)
-        stops decide tick.stop    (StepLimit, TimeBudget, Signal: the same on every process)
-        actions run in order      (TrainMetrics, Evaluate, KeepBest, DeclaredEvals,
-                                   WriteRow, Checkpoint)
+        stops decide tick.stop    (StepLimit; the supervisor's TimeBudget and Signal,
+                                   encoder/train/supervision.py: the same on every process)
+        actions run in order      (TrainMetrics, Evaluate, KeepBest, WriteRow, Checkpoint)
 
 Each action is a small object with its own state, called with the Tick after every step
 and deciding itself whether it is due (`every` steps, at the last step, on a stop). Metrics
 reach the host only through `Window.absorb()`, which an action calls when it needs checked
 numbers (nanodo: read step N-1's metrics after dispatching step N); a non-finite loss stops
-the run there, naming its step. Pretraining and fine-tuning run the same loop with
-different action lists (encoder/jobs/).
+the run there, naming its step. Pretraining and fine-tuning run the same loop; what
+differs is their evaluators (encoder/eval/evaluators.py) and fine-tuning's KeepBest.
 """
 import dataclasses
 import math
-import os
-import signal
 import time
 from typing import Any, Callable, Sequence
 
 import jax
-import numpy as np
 from absl import logging
 
-from encoder import errors
 from encoder.checkpoints import store
-from encoder.train import metrics_io, optimizer
-
-# The loop's clock for a time budget (a module attribute, so a test can drive it).
-clock: Callable[[], float] = time.monotonic
+from encoder.train import metrics_io, supervision
 
 
 def report(line: str) -> None:
@@ -38,10 +31,6 @@ def report(line: str) -> None:
     logging.info(line)
     if jax.process_index() == 0:
         print(line, flush=True)
-
-
-def _multihost() -> bool:
-    return jax.process_count() > 1
 
 
 @dataclasses.dataclass
@@ -79,17 +68,17 @@ class Window:
         self.pending.append((step, metrics))
 
     def absorb(self) -> None:
-        """Reads the pending metrics (the loop's only host sync) and checks each loss."""
+        """Reads the pending metrics (the loop's only host sync) and checks each step's
+        loss and gradient norm are finite."""
         for step, metrics in jax.device_get(self.pending):
-            loss = float(metrics["loss"])
-            if not math.isfinite(loss):
-                last = self.checkpointed()
-                kept = (f"The last good checkpoint (step {last}) in {self.workdir} is intact."
-                        if last is not None else f"No checkpoint was saved before it in "
-                        f"{self.workdir}.")
-                raise FloatingPointError(f"non-finite loss ({loss}) at step {step}; stopping. "
-                                         f"{kept} Lower train.learning_rate, or check the "
-                                         "data of the steps before it.")
+            # the loss, then the gradient the update used (a NaN gradient makes this step's
+            # parameters NaN: never saved, since Checkpoint absorbs first)
+            for what, key in (("loss", "loss"), ("gradient norm", "grad_norm")):
+                value = float(metrics.get(key, 0.0))
+                if not math.isfinite(value):
+                    from encoder import errors  # the one-line stop: encoder/errors.py
+                    raise errors.non_finite(what, value, step, self.checkpointed(),
+                                            self.workdir)
             for k, v in metrics.items():
                 self.sums[k] = self.sums.get(k, 0.0) + float(v)
             self.steps += 1
@@ -112,126 +101,13 @@ class Window:
 # ----------------------------------------------------------------------------- stops
 
 class StepLimit:
-    """The loop's last step."""
+    """The loop's last step (the operational stops are encoder/train/supervision.py's)."""
 
     def __init__(self, num_steps: int):
         self.num_steps = num_steps
 
     def __call__(self, tick: Tick) -> str:
         return "done" if tick.step >= self.num_steps else ""
-
-
-class TimeBudget:
-    """A wall-clock budget (optimizer.scale_by_clock): each step's learning rate is the
-    schedule at the budget's share spent, and the loop stops once it is all spent. Every
-    attempt's seconds count (a checkpoint keeps them); process 0's clock, broadcast, so
-    every process steps with the same learning rate and stops together."""
-
-    def __init__(self, budget_s: float, restored: dict | None, log_every: int):
-        self.budget, self.log_every = float(budget_s), log_every
-        self.before = float((restored or {}).get("clock_s", 0.0))
-        self.t0 = clock()
-        self.share = self.read()
-        self.used = self.share  # the share the last step's learning rate was read at
-
-    def read(self) -> float:
-        share = (self.before + clock() - self.t0) / self.budget
-        if _multihost():
-            from jax.experimental import multihost_utils
-            share = float(multihost_utils.broadcast_one_to_all(np.float64(share)))
-        return share
-
-    @property
-    def spent(self) -> bool:
-        return self.share >= 1.0
-
-    def before_step(self, state):
-        self.used = min(self.share, 1.0)
-        return state.replace(opt_state=optimizer.set_clock(state.opt_state, self.used))
-
-    def __call__(self, tick: Tick) -> str:
-        # read after every step (several processes: at log steps, where they meet anyway)
-        if not _multihost() or tick.step % self.log_every == 0:
-            self.share = self.read()
-        return "budget" if self.spent else ""
-
-    def state(self) -> dict:
-        return {"clock_s": self.share * self.budget}
-
-
-class StopFlag:
-    """Set by SIGTERM or the first Ctrl-C: checkpoint and exit at the next step boundary."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.set = False
-        self.previous = {}
-
-    def __call__(self, signum, frame):
-        if self.set and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: exit now
-        self.set = True  # first: nothing below may stop the flag from being set
-        hint = " (Ctrl-C again to exit at once)" if signum == signal.SIGINT else ""
-        try:  # os.write: a signal landing mid-print must not re-enter the stdout buffer
-            os.write(2, f"received signal {signum}: checkpointing at the next step, then "
-                        f"stopping{hint}\n".encode())
-        except OSError:
-            pass
-
-    def agreed(self) -> bool:
-        """The flag as every process sees it (any process signalled); call at the same step
-        on all processes. One process alone would save a collective checkpoint and hang."""
-        if not _multihost():
-            return self.set
-        from jax.experimental import multihost_utils
-        return bool(np.any(multihost_utils.process_allgather(np.array(self.set))))
-
-    def __enter__(self):
-        for s in self.SIGNALS:
-            try:
-                self.previous[s] = signal.signal(s, self)
-            except ValueError:  # not the main thread: signals stay with the caller
-                pass
-        return self
-
-    def __exit__(self, *exc):
-        for s, handler in self.previous.items():
-            signal.signal(s, handler)
-
-
-def stopped_instead(error: Exception, flag: StopFlag, mngr) -> Exception:
-    """The error to raise for one that ended the loop: itself, unless a stop signal had
-    arrived, when it is the stop's doing and the run is resumable (errors.Stopped, exit 75).
-    A scheduler's SIGTERM reaches the whole process group, so a GPU compile in flight (an
-    evaluator's program at a checkpoint step) loses its `ptxas` to it and fails with "ptxas
-    exited with non-zero error code 15": a crash would not be requeued. A full disk stays
-    a full disk (its own one line)."""
-    if not flag.set or isinstance(error, errors.UserFacing) or errors.is_disk_full(error):
-        return error
-    try:
-        last = mngr.latest_step()
-    except Exception:  # noqa: BLE001 -- the message only
-        last = None
-    where = f"the last checkpoint is step {last}" if last is not None else "no checkpoint yet"
-    return errors.Stopped(
-        f"stopped by a signal; the work in flight failed as it stopped "
-        f"({type(error).__name__}: {errors.one_line(str(error))[:200]}); {where}: run the same "
-        "command again to resume")
-
-
-class Signal:
-    """Stops on SIGTERM / Ctrl-C in any process; the processes agree at log steps and at
-    the loop's last step (every step with one process)."""
-
-    def __init__(self, flag: StopFlag, log_every: int):
-        self.flag, self.log_every = flag, log_every
-        self.seen = False
-
-    def __call__(self, tick: Tick) -> str:
-        if not _multihost() or tick.step % self.log_every == 0 or tick.stop:
-            self.seen = self.flag.agreed()
-        return "signal" if self.seen else ""
 
 
 # ----------------------------------------------------------------------------- actions
@@ -247,7 +123,7 @@ class TrainMetrics:
     flops_per_step: float = 0.0
     peak_flops: float = 0.0
     learning_rate: Callable[[int], float] | None = None
-    budget: TimeBudget | None = None
+    budget: supervision.TimeBudget | None = None
     num_steps: int = 0
 
     def __call__(self, tick: Tick) -> None:
@@ -272,28 +148,13 @@ class TrainMetrics:
 
 @dataclasses.dataclass
 class Evaluate:
-    """Every `every` steps and at the last step (not on a signal): fn(state, step, last)
-    -> metrics into the row (last: the latest training metrics, this step's included)."""
-    fn: Callable
-    every: int
+    """Every evaluator at its own cadence (`every` steps) and at the last step (not on a
+    signal): ev(state, step, last) -> entries of the row (last: the latest value of every
+    metric, this step's training metrics included). Held-out figures, config.evals and
+    fine-tuning's dev score are all evaluators (encoder/eval/evaluators.py)."""
+    evaluators: Sequence
     window: Window
     history: dict
-
-    def __call__(self, tick: Tick) -> None:
-        if not self.every or not due(tick, self.every, on_stop=tick.stop in ("done", "budget")):
-            return
-        self.window.absorb()
-        tick.row.update(self.fn(tick.state, tick.step, {**self.history, **tick.row}) or {})
-
-
-@dataclasses.dataclass
-class DeclaredEvals:
-    """config.evals (encoder/jobs/evals.py): each evaluator every `every` steps and at
-    the last step (not on a signal), as evals/NAME/METRIC in the row; a step its record
-    already scored (a resumed run replaying it) is read back, not scored again."""
-    evaluators: Sequence
-    record: Any  # metrics_io.ScoreRecord
-    window: Window
 
     def __call__(self, tick: Tick) -> None:
         final = tick.stop in ("done", "budget")
@@ -301,11 +162,7 @@ class DeclaredEvals:
             if not due(tick, ev.every, on_stop=final):
                 continue
             self.window.absorb()  # never score a state whose loss was not checked
-            metrics = self.record.get(ev, tick.step)
-            if metrics is None:
-                metrics = ev.fn(tick.state.params, tick.step)
-                self.record.add(ev, tick.step, metrics)
-            tick.row.update({f"evals/{ev.name}/{k}": v for k, v in metrics.items()})
+            tick.row.update(ev(tick.state, tick.step, {**self.history, **tick.row}) or {})
 
 
 @dataclasses.dataclass
@@ -333,7 +190,7 @@ class Checkpoint:
     batches: Any
     window: Window
     meta: dict
-    budget: TimeBudget | None = None
+    budget: supervision.TimeBudget | None = None
     workdir: str = "."
     nbytes: int | None = None  # one checkpoint's arrays (measured at the first save)
 
@@ -379,7 +236,7 @@ class KeepBest:
 
 def run(step_fn: Callable, state, batches, shard: Callable, window: Window,
         stops: Sequence[Callable], actions: Sequence[Callable], num_steps: int, seed: int = 0,
-        budget: TimeBudget | None = None) -> tuple[Any, str]:
+        budget: supervision.TimeBudget | None = None) -> tuple[Any, str]:
     """Steps from state.step until a stop; returns (state, why it stopped: "" when
     state.step already was num_steps)."""
     base_key = jax.random.key(seed)
@@ -406,7 +263,6 @@ class LoopOptions:
     num_steps: int
     log_every: int
     checkpoint_every: int
-    eval_every: int = 0                # 0: no evaluation
     tokens_per_step: int = 0
     flops_per_step: float = 0.0        # 0: no MFU column
     peak_flops: float = 0.0
@@ -419,20 +275,19 @@ class LoopOptions:
 
 
 def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
-             opts: LoopOptions, evaluate: Callable | None = None,
-             on_evaluation: Sequence[Callable] = (), meta: dict | None = None,
-             restored_meta: dict | None = None, declared: Sequence = ()) -> tuple[Any, dict]:
+             opts: LoopOptions, evaluators: Sequence = (), on_evaluation: Sequence[Callable] = (),
+             meta: dict | None = None, restored_meta: dict | None = None) -> tuple[Any, dict]:
     """Trains from state.step to opts.num_steps with the standard actions; returns (final
     state, the latest value of every metric, with "stopped" and "signalled").
 
-    batches: an iterator of this process's numpy batches with get_state(). evaluate(state,
-    step, last) -> metrics, every opts.eval_every steps and at the end; on_evaluation:
-    actions that read its row (fine-tuning's KeepBest) before it is written; declared:
-    config.evals' evaluators (encoder/jobs/evals.py), each at its own cadence.
+    trainer: anything with step_fn(state, batch, rng) and shard(batch); batches: an
+    iterator of this process's numpy batches with get_state(); evaluators: each with
+    `every` and ev(state, step, last) -> row entries; on_evaluation: actions that read an
+    evaluation's row (fine-tuning's KeepBest) before it is written.
     """
     start = int(state.step)
-    budget = (TimeBudget(opts.time_budget_s, restored_meta, opts.log_every)
-              if opts.time_budget_s else None)
+    sup = supervision.Supervisor(opts.log_every, opts.time_budget_s, restored_meta)
+    budget = sup.budget
     window = Window(mngr.latest_step, writer.workdir, restored_meta)
     progress = metrics_io.Progress(opts.num_steps, start, opts.progress)
     history: dict = {}
@@ -442,27 +297,17 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
         end = start
     actions = [TrainMetrics(window, opts.log_every, progress, opts.tokens_per_step,
                             opts.flops_per_step, opts.peak_flops, opts.learning_rate, budget,
-                            opts.num_steps)]
-    if evaluate is not None:
-        actions += [Evaluate(evaluate, opts.eval_every, window, history), *on_evaluation]
-    if declared:
-        actions.append(DeclaredEvals(declared, metrics_io.ScoreRecord(
-            writer.workdir, jax.process_index() == 0), window))
-    actions += [WriteRow(writer, history),
-                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,
-                           writer.workdir)]
-    with StopFlag() as flag, store.disk_full_named(writer.workdir, mngr):
-        stops = [StepLimit(opts.num_steps), *([budget] if budget else []),
-                 Signal(flag, opts.log_every)]
+                            opts.num_steps),
+               Evaluate(list(evaluators), window, history), *on_evaluation,
+               WriteRow(writer, history),
+               Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,
+                          writer.workdir)]
+    with sup.watching(mngr), store.disk_full_named(writer.workdir, mngr):
         try:
-            state, why = run(trainer.step_fn, state, batches, trainer.shard, window, stops,
-                             actions, end, opts.seed, budget)
+            state, why = run(trainer.step_fn, state, batches, trainer.shard, window,
+                             [StepLimit(opts.num_steps), *sup.stops], actions, end, opts.seed,
+                             budget)
             window.absorb()
-        except Exception as e:  # noqa: BLE001 -- re-raised, as itself or as the stop's
-            stop = stopped_instead(e, flag, mngr)
-            if stop is e:
-                raise
-            raise stop from e
         finally:
             try:
                 mngr.wait_until_finished()
@@ -472,9 +317,8 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
     if why == "budget":
         report(f"the time budget ({budget.budget:g} s) is spent: stopping at step {step} "
                "(checkpoint saved)")
-    signalled = stops[-1].seen
-    if signalled:
+    if sup.signalled:
         report(f"stopped by signal at step {step}; checkpoint saved in {writer.workdir}")
-    history["stopped"] = signalled and step < opts.num_steps
-    history["signalled"] = signalled  # a run in phases stops even when a phase's end was hit
+    history["stopped"] = sup.signalled and step < opts.num_steps
+    history["signalled"] = sup.signalled  # a run in phases stops even when a phase's end was hit
     return state, history

@@ -3,17 +3,17 @@
     step(state, batch, rng) -> (state, metrics)
 
 is the only function compiled for training, for pretraining and fine-tuning
-alike. A job hands `Trainer` three pure functions: `init_params(rng)` (boxed
-with logical axes), `loss_fn(params, batch, rng) -> (loss, metrics)` and an
-optional on-device `prepare(batch, rng)` (the MLM corruption). The Trainer
-builds the mesh shardings once (eval_shape -> shardings -> jit(init,
-out_shardings)), and jit-compiles the step with explicit shardings and the
-old state donated.
+alike. A job hands `Trainer` `init_params(rng)` (boxed with logical axes); each segment
+of a run asks it for the step of its `loss_fn(params, batch, rng) -> (loss,
+metrics)` and optional on-device `prepare(batch, rng)` (the MLM corruption). The
+Trainer builds the mesh shardings once from shapes (eval_shape -> shardings ->
+jit(init, out_shardings)), and jit-compiles each step with explicit shardings and
+the old state donated.
 
 The loop both jobs run is encoder/train/loop.py (a step, then periodic actions).
-`restore_or_init` resumes from the workdir's newest checkpoint that restores,
-else applies an init source, else starts from scratch; `open_run` does that and
-writes the run's config records.
+`start_state` is the one place a run's state comes from: the workdir's newest
+checkpoint that restores, else another run's whole state, else a fresh state with an
+init source's parameters applied, else a fresh state.
 """
 import dataclasses
 import os
@@ -141,19 +141,29 @@ def jit_step(step: Callable, shardings, mesh):
 
 
 class Trainer:
-    """Built once per run: the initial sharded state and the compiled, donated step."""
+    """The run's mesh, optimizer and state shardings (from shapes: nothing is allocated
+    until `fresh_state`), and its steps, each compiled when first used."""
 
-    def __init__(self, mesh, tx, init_params: Callable, loss_fn: Callable,
-                 prepare: Callable | None = None, seed: int = 0, grad_accum: int = 1,
-                 nan_at_step: int = -1):
+    def __init__(self, mesh, tx, init_params: Callable, seed: int = 0, nan_at_step: int = -1):
         self.mesh, self.tx = mesh, tx
+        self.init_params, self.seed, self.nan_at_step = init_params, seed, nan_at_step
         self.batch_sharding = partitioning.batch_sharding(mesh)
         self.replicated = partitioning.replicated(mesh)
-        self.initial_state, self.shardings = init_state(init_params, tx, mesh,
-                                                        jax.random.key(seed))
-        self.abstract = store.abstract_like(self.initial_state, self.shardings)
-        self.step_fn = jit_step(make_step(loss_fn, tx, prepare, grad_accum, nan_at_step),
-                                self.shardings, mesh)
+        shapes, self.shardings = state_shapes(init_params, tx, mesh, jax.random.key(seed))
+        self.abstract = store.abstract_like(shapes, self.shardings)
+        self._steps: dict = {}
+
+    def fresh_state(self) -> TrainState:
+        """The initial sharded state from the run's seed."""
+        return init_state(self.init_params, self.tx, self.mesh, jax.random.key(self.seed))[0]
+
+    def step(self, loss_fn: Callable, prepare: Callable | None = None, grad_accum: int = 1):
+        """The jitted, donated step for these pieces (compiled once per piece and count)."""
+        key = (loss_fn, prepare, grad_accum)
+        if key not in self._steps:
+            self._steps[key] = jit_step(make_step(loss_fn, self.tx, prepare, grad_accum,
+                                                  self.nan_at_step), self.shardings, self.mesh)
+        return self._steps[key]
 
     def jit_eval(self, fn: Callable):
         """jit of fn(params, batch, rng) with the run's shardings."""
@@ -168,6 +178,27 @@ class Trainer:
         return self.abstract
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class Steps:
+    """What the loop reads of a trainer for one segment: step_fn and shard. A batch of
+    `batch_size` rows takes `grad_accum` micro-batches; another row count (a batch-size
+    warmup's) takes rows / micro of them, each count compiled once."""
+    trainer: Trainer
+    loss_fn: Callable
+    prepare: Callable | None
+    batch_size: int
+    grad_accum: int = 1
+    micro: int = 0
+
+    def step_fn(self, state, batch, rng):
+        rows = next(iter(batch.values())).shape[0]
+        accum = self.grad_accum if rows == self.batch_size else rows // self.micro
+        return self.trainer.step(self.loss_fn, self.prepare, accum)(state, batch, rng)
+
+    def shard(self, batch: dict) -> dict:
+        return self.trainer.shard(batch)
+
+
 @dataclasses.dataclass
 class Restored:
     """Where a run starts: its state, and what the checkpoint held besides (None: scratch)."""
@@ -177,39 +208,28 @@ class Restored:
     step: int | None = None
 
 
-def restore_or_init(trainer: Trainer, mngr, init: Callable | None = None) -> Restored:
-    """Own checkpoint (the newest that restores) > init(params, shardings) > scratch.
-
-    The run takes the trainer's initial state (the first step donates it); a
-    restore frees it first, so parameters are never held twice.
-    """
-    state, trainer.initial_state = trainer.initial_state, None
+def start_state(trainer: Trainer, mngr, init: Callable | None = None,
+                other: Callable[[], Restored] | None = None) -> Restored:
+    """The state a run starts from: its own newest checkpoint that restores > another
+    run's whole state (`other()`: init_state=full) > a fresh state with init(params,
+    shardings) applied (an init source's parameters) > a fresh state."""
     if mngr.latest_step() is not None:
-        del state
         state, data_state, meta, step = store.restore(mngr, trainer.abstract_state())
         return Restored(state, data_state, meta, step)
+    if other is not None:
+        return other()
+    state = trainer.fresh_state()
     if init is not None:
         state = state.replace(params=init(state.params, trainer.shardings.params))
     return Restored(state)
 
 
-def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
-             init: Callable | None = None):
-    """Starts or resumes a run in its (claimed) workdir: (manager, metrics writer, Restored).
-
-    Restores (or inits), drops the metrics rows of steps the run will redo, and
-    only then writes config.json (the resolved config later jobs read) and
-    run.json (the requested config a restart is compared with).
-    """
+def open_records(trainer: Trainer, workdir: str, resolved, requested, start: Restored):
+    """The metrics writer of a started run (rows past its step dropped: steps it redoes),
+    then config.json (the resolved config later jobs read) and run.json (the requested
+    config a restart is compared with)."""
     primary = jax.process_index() == 0
-    os.makedirs(workdir, exist_ok=True)
-    # a disk that cannot hold one checkpoint is refused before the first step, not at a save
-    store.check_room(workdir, store.state_bytes(trainer.abstract_state()), "a checkpoint")
-    mngr = store.manager(workdir, keep)
-    start = restore_or_init(trainer, mngr, init)
     writer = metrics_io.MetricsWriter(workdir, enabled=primary)
-    # Rows past the restored step (or, with no checkpoint, any row of an attempt killed
-    # before its first one) are steps this run redoes.
     writer.drop_after(start.step or 0)
     if start.step is not None:
         report(f"resumed from {workdir} at step {start.step}")
@@ -223,4 +243,4 @@ def open_run(trainer: Trainer, workdir: str, resolved, requested, keep: int,
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(resolved.to_json(indent=2))
         workdir_lib.record_identity(workdir, requested, topology)
-    return mngr, writer, start
+    return writer

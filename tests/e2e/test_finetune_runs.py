@@ -130,7 +130,7 @@ def test_a_finetuned_workdir_starts_another_finetuning(tiny_pretrained, tmp_path
     # Same task and labels: encoder and head carry over, so before any step the second
     # run scores exactly what the first one kept as its best.
     second = run.build(topic_config(str(tmp_path / "first"), task_dir), str(tmp_path / "second"))
-    params = run.init_from_source(second)(second.trainer.initial_state.params,
+    params = run.init_from_source(second)(second.trainer.fresh_state().params,
                                           second.trainer.shardings.params)
     fn = jax.jit(lambda p, b: second.task.forward(second.model, second.effective(p), b))
     m, _ = run.score_split(second, fn, params, second.splits["dev"])

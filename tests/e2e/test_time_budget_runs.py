@@ -7,7 +7,7 @@ import pytest
 
 from encoder.checkpoints import store
 from encoder.jobs import pretrain
-from encoder.train import loop, metrics_io
+from encoder.train import loop, metrics_io, supervision
 from helpers import tiny_pretrain_config
 
 
@@ -18,7 +18,7 @@ def test_a_budget_run_stops_when_spent_and_a_restart_trains_no_further(
     budget. Every row's learning rate is the linear schedule at share x num_steps, the
     checkpoint holds the last share and the time spent, and a restart does nothing."""
     ticks = iter(range(10_000))
-    monkeypatch.setattr(loop, "clock", lambda: float(next(ticks)))
+    monkeypatch.setattr(supervision, "clock", lambda: float(next(ticks)))
     config = tiny_pretrain_config(num_steps=100, warmup_steps=0, schedule="linear",
                                   learning_rate=1e-3, time_budget_s=6.0, log_every=1,
                                   checkpoint_every=100)

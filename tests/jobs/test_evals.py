@@ -82,6 +82,12 @@ def _ticks(action, steps, last, stop_at=None):
         yield tick
 
 
+def _evaluate(evs, record):
+    """The loop's one evaluation action over declared evaluators and their record."""
+    from encoder.eval import evaluators
+    return loop.Evaluate([evaluators.Recorded(ev, record) for ev in evs], _Window(), {})
+
+
 def _evaluator(calls, every, name="ho", **options):
     def fn(params, step):
         calls.append(step)
@@ -92,7 +98,7 @@ def _evaluator(calls, every, name="ho", **options):
 def test_each_evaluator_at_its_cadence_and_a_resume_scores_no_step_twice(tmp_path):
     calls, other = [], []
     evs = [_evaluator(calls, 4), _evaluator(other, 5, name="b")]
-    action = loop.DeclaredEvals(evs, metrics_io.ScoreRecord(str(tmp_path)), _Window())
+    action = _evaluate(evs, metrics_io.ScoreRecord(str(tmp_path)))
     rows = {t.step: t.row for t in _ticks(action, range(1, 10), last=None, stop_at=9)}
     assert calls == [4, 8] and other == [5]  # a signal's stop (step 9) is no score
     assert rows[8] == {"evals/ho/loss": 0.8} and rows[9] == {}
@@ -100,7 +106,7 @@ def test_each_evaluator_at_its_cadence_and_a_resume_scores_no_step_twice(tmp_pat
     # is read back; step 12 (the last) is scored; a changed option is a new evaluator
     calls2, changed = [], []
     evs = [_evaluator(calls2, 4), _evaluator(changed, 4, name="c", batches=3)]
-    action = loop.DeclaredEvals(evs, metrics_io.ScoreRecord(str(tmp_path)), _Window())
+    action = _evaluate(evs, metrics_io.ScoreRecord(str(tmp_path)))
     rows = {t.step: t.row for t in _ticks(action, range(7, 13), last=12)}
     assert calls2 == [12] and rows[8]["evals/ho/loss"] == 0.8
     assert changed == [8, 12]

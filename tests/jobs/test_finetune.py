@@ -18,7 +18,7 @@ def test_parameters_are_sharded_over_fsdp(tiny_pretrained, tmp_path):
     config = topic_config(tiny_pretrained, topic_task(tmp_path / "task"))
     config.mesh.update(dict(data=4, fsdp=2))
     ft = run.build(config, str(tmp_path / "out"), devices=jax.devices())
-    kernel = ft.trainer.initial_state.params["model"]["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]
+    kernel = ft.trainer.fresh_state().params["model"]["encoder"]["blocks_0"]["mlp"]["wi"]["kernel"]
     assert kernel.sharding.spec[0] == "fsdp"
     assert kernel.addressable_shards[0].data.shape == (kernel.shape[0] // 2, kernel.shape[1])
 

@@ -42,7 +42,7 @@ def source(tiny_pretrained, tmp_path_factory):
     folder = task_dir(root / "task", ["a", "b"] * 14 + ["c"] * 4, ["a", "b", "c"] * 4)
     workdir = str(root / "source")
     ft = run.build(topic_config(tiny_pretrained, folder), workdir, devices=jax.devices()[:1])
-    params = run.init_from_source(ft)(ft.trainer.initial_state.params,
+    params = run.init_from_source(ft)(ft.trainer.fresh_state().params,
                                       ft.trainer.shardings.params)
     model = jax.device_get(params["model"])
     model["head"]["classifier"]["bias"] = np.arange(1.0, 4.0, dtype=np.float32)
@@ -59,7 +59,7 @@ def start(source, tmp_path, train_labels, dev_labels):
     folder = task_dir(tmp_path / "new", train_labels, dev_labels)
     ft = run.build(topic_config(source, folder), str(tmp_path / "second"),
                    devices=jax.devices()[:1])
-    fresh = ft.trainer.initial_state.params
+    fresh = ft.trainer.fresh_state().params
     params = run.init_from_source(ft)(fresh, ft.trainer.shardings.params)
     return ft, jax.device_get(fresh["model"]["head"]), jax.device_get(params["model"]["head"])
 

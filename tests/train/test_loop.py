@@ -1,6 +1,7 @@
 """The training loop as a step and periodic actions (encoder/train/loop.py): each stop and
 action on its own, then the standard list through `run_loop` with a real orbax manager
 and metrics writer, on a step that counts (its loss is the batch's value)."""
+import dataclasses
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from encoder.checkpoints import store
-from encoder.train import loop, metrics_io
+from encoder.train import loop, metrics_io, supervision
 from encoder.train.trainer import TrainState
 
 
@@ -48,6 +49,16 @@ def _state(step: int = 0):
 def _window(restored=None):
     return loop.Window(lambda: None, "WD", restored)
 
+
+
+@dataclasses.dataclass
+class _Every:
+    """An evaluator as the loop's Evaluate runs it: fn(state, step, last) every `every`."""
+    fn: object
+    every: int
+
+    def __call__(self, state, step, last):
+        return self.fn(state, step, last)
 
 def test_the_step_limit_ends_the_loop_and_every_action_sees_every_step():
     seen = []
@@ -89,8 +100,8 @@ def test_a_resumed_window_continues_the_interrupted_average():
 
 def test_evaluation_runs_at_its_cadence_and_at_the_end_but_not_on_a_signal():
     calls = []
-    ev = loop.Evaluate(lambda state, step, last: calls.append(step) or {"eval/x": step}, 3,
-                       _window(), {})
+    ev = loop.Evaluate([_Every(lambda state, step, last: calls.append(step) or {"eval/x": step},
+                               3)], _window(), {})
     for step, stop in ((1, ""), (3, ""), (4, "signal"), (5, "done"), (6, "budget")):
         ev(loop.Tick(step, None, stop))
     assert calls == [3, 5, 6]
@@ -118,8 +129,8 @@ def test_keep_best_keeps_the_best_score_and_never_a_nan():
 def test_a_signal_stops_at_the_next_step_and_the_flag_restores_the_handlers():
     import signal
     before = signal.getsignal(signal.SIGTERM)
-    with loop.StopFlag() as flag:
-        stop = loop.Signal(flag, log_every=100)
+    with supervision.StopFlag() as flag:
+        stop = supervision.Signal(flag, log_every=100)
         seen = []
 
         def signal_at_3(tick):
@@ -134,8 +145,8 @@ def test_a_signal_stops_at_the_next_step_and_the_flag_restores_the_handlers():
 
 def test_a_time_budget_counts_earlier_attempts_and_stops_when_spent(monkeypatch):
     now = [0.0]
-    monkeypatch.setattr(loop, "clock", lambda: now[0])
-    budget = loop.TimeBudget(10.0, {"clock_s": 4.0}, log_every=1)  # 4 s spent before
+    monkeypatch.setattr(supervision, "clock", lambda: now[0])
+    budget = supervision.TimeBudget(10.0, {"clock_s": 4.0}, log_every=1)  # 4 s spent before
 
     def tick_clock(tick):
         now[0] += 2.0
@@ -155,12 +166,12 @@ def test_run_loop_writes_rows_checkpoints_and_resumes_where_it_stopped(tmp_path)
         mngr = store.manager(wd, keep=10)
         writer = metrics_io.MetricsWriter(wd)
         evals = []
-        opts = loop.LoopOptions(num_steps=num_steps, log_every=2, checkpoint_every=3,
-                                eval_every=4)
+        opts = loop.LoopOptions(num_steps=num_steps, log_every=2, checkpoint_every=3)
         try:
             state, last = loop.run_loop(
                 Trainer, start_state, batches, mngr, writer, opts,
-                evaluate=lambda s, step, last: evals.append(step) or {"eval/p": float(s.params)},
+                [_Every(lambda s, step, last: evals.append(step) or {"eval/p": float(s.params)},
+                        4)],
                 meta={"objective": "count"}, restored_meta=restored)
             steps = sorted(mngr.all_steps())
         finally:
@@ -194,9 +205,9 @@ def _failing_run(wd, signal_first: bool, error: Exception):
             signal.getsignal(signal.SIGTERM).set = True  # the StopFlag's handler state
         raise error
     mngr, writer = store.manager(wd, keep=10), metrics_io.MetricsWriter(wd)
-    opts = loop.LoopOptions(num_steps=8, log_every=2, checkpoint_every=3, eval_every=4)
+    opts = loop.LoopOptions(num_steps=8, log_every=2, checkpoint_every=3)
     try:
-        loop.run_loop(Trainer, _state(), Batches(), mngr, writer, opts, evaluate=evaluate,
+        loop.run_loop(Trainer, _state(), Batches(), mngr, writer, opts, [_Every(evaluate, 4)],
                       meta={"objective": "count"})
     finally:
         mngr.close()

@@ -48,14 +48,14 @@ def _train(dtype: str):
     pieces = pretraining.build(config)
     trainer = trainer_lib.Trainer(
         partitioning.make_mesh(config.mesh, jax.devices()[:1]),
-        optimizer.make_optimizer(config.train), pieces.init_params, loss_fn=pieces.loss_fn,
-        prepare=pieces.prepare, seed=0)
-    state = trainer.initial_state
+        optimizer.make_optimizer(config.train), pieces.init_params, seed=0)
+    state = trainer.fresh_state()
+    step_fn = trainer.step(pieces.loss_fn, pieces.prepare)
     start = jax.device_get(state.params)
     batches = [trainer.shard(b) for b in _batches(config)]
     losses = []
     for i in range(STEPS):
-        state, metrics = trainer.step_fn(state, batches[i % len(batches)], jax.random.key(i))
+        state, metrics = step_fn(state, batches[i % len(batches)], jax.random.key(i))
         losses.append(metrics["loss"])
     return np.asarray(jax.device_get(losses)), start, state, metrics
 
