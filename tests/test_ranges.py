@@ -283,3 +283,16 @@ def test_a_zero_learning_rate_and_a_global_window_are_said_once(monkeypatch, cap
     assert err.count("warning: model.local_window=1000") == 1
     fine_tuning = finetune_config.finetune_config()  # 0 there means "by the model's size"
     assert fine_tuning.train.learning_rate == 0.0 and ranges.check(fine_tuning) == []
+
+
+def test_evaluate_and_embed_check_their_numbers_before_any_work(tmp_path):
+    from encoder.jobs import evaluate
+    config = _experiment("evaluate", "runlocal")
+    config.eval.masking.span_p = 0.0
+    with pytest.raises(ValueError, match=r"eval\.masking\.span_p must be a number in \(0, 1\]"):
+        evaluate.evaluate(config, str(tmp_path / "e"))
+    config = _experiment("embed")
+    config.eval.top_k = 0
+    with pytest.raises(ValueError, match=r"eval\.top_k must be an integer >= 1, got 0"):
+        evaluate.embed(config, str(tmp_path / "e"))
+    assert not (tmp_path / "e").exists()
