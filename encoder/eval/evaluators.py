@@ -7,6 +7,7 @@ fine-tuning's dev score), so a job declares what it evaluates and the loop never
 which job it runs (big_vision's `config.evals`).
 """
 import dataclasses
+import math
 from typing import Callable, Protocol, Sequence
 
 import jax
@@ -93,3 +94,24 @@ class Recorded:
             metrics = self.declared.fn(state.params, step)
             self.record.add(self.declared, step, metrics)
         return {f"evals/{self.name}/{k}": v for k, v in metrics.items()}
+
+
+@dataclasses.dataclass
+class KeepBest:
+    """Keeps the parameters whose score is the best so far through save(state, record)
+    (the first evaluation always counts; a NaN score, e.g. a constant Pearson, never wins
+    after it). best is the running record {"score", "step", and the row's `fields`},
+    restored by the caller on resume. Returns whether this evaluation is the new best."""
+    save: Callable
+    best: dict
+    fields: tuple = ()
+
+    def __call__(self, state, step: int, score: float, row: dict) -> bool:
+        finite = math.isfinite(score)
+        score = score if finite else -math.inf
+        if score > self.best.get("score", -math.inf) or "step" not in self.best:
+            self.best.update(score=score, step=step,
+                             **{f: row[f] for f in self.fields if f in row})
+            self.save(state, {**self.best, "score": score if finite else None})
+            return True
+        return False

@@ -30,7 +30,7 @@ from absl import logging
 from encoder import ranges, registry
 from encoder.checkpoints import sources, store
 from encoder.data import pipeline, tokenizer as tokenizer_lib
-from encoder.eval import inference
+from encoder.eval import evaluators, inference
 from encoder.finetune import defaults, frozen, lora
 from encoder.tasks.base import LabelSet, Task, TaskDataError
 from encoder.tasks import files as task_files
@@ -278,10 +278,12 @@ def _recover_best(workdir: str) -> None:
 @dataclasses.dataclass
 class DevScore:
     """The end-of-epoch evaluator: dev/* metrics of the current parameters (with no dev
-    file, none) and `score`, what the best epoch is chosen by: the task's primary dev
-    metric, else minus the training loss."""
+    file, none), the best epoch's parameters kept (`keep`: chosen by the task's primary dev
+    metric, else minus the training loss; its row says "best"), and one JSON line per
+    epoch on stdout: epoch, step, train loss, dev metrics, best."""
     run: FineTuning
     eval_state: Any           # jitted (params, batch) -> the task's outputs
+    keep: evaluators.KeepBest
     name: str = "dev"
 
     @property
@@ -295,18 +297,12 @@ class DevScore:
             m, _ = score_split(self.run, self.eval_state, state.params, self.run.splits["dev"])
             row.update({f"dev/{k}": v for k, v in m.items()})
             score = m.get(self.run.task.primary_metric, score)
-        row["score"] = score
+        if self.keep(state, step, score, row):
+            row["best"] = True
+        print(json.dumps({"epoch": row["epoch"], "step": step,
+                          "train/loss": last.get("train/loss", math.nan),
+                          **{k: v for k, v in row.items() if k != "epoch"}}), flush=True)
         return row
-
-
-def _epoch_line(tick) -> None:
-    """One JSON line per epoch on stdout: epoch, step, train loss, dev metrics, best."""
-    if "epoch" in tick.row:
-        print(json.dumps({"epoch": tick.row["epoch"], "step": tick.step,
-                          "train/loss": tick.row.get("train/loss", math.nan),
-                          **{k: v for k, v in tick.row.items()
-                             if k != "epoch" and not k.startswith("train/")}}),
-              flush=True)
 
 
 # Fields a restart may change (logged); any other change is refused (train/workdir.py).
@@ -358,8 +354,8 @@ def experiment(config, workdir: str, mesh) -> experiment_lib.Experiment:
                          in_shardings=(trainer.shardings.params, trainer.batch_sharding),
                          out_shardings=trainer.replicated)
     best: dict = {"score": -math.inf}
-    keep_best = loop.KeepBest(
-        "score", lambda state, row: _save_best(run, run.effective(state.params), row), best,
+    keep_best = evaluators.KeepBest(
+        lambda state, record: _save_best(run, run.effective(state.params), record), best,
         fields=("epoch",))
     opts = loop.LoopOptions(
         num_steps=run.total_steps, log_every=run.steps_per_epoch,
@@ -377,14 +373,13 @@ def experiment(config, workdir: str, mesh) -> experiment_lib.Experiment:
 
     bs = cfg.train.batch_size
     parts = experiment_lib.Parts(trainer_lib.Steps(trainer, run.loss_fn, None, bs, 1, bs),
-                                 batches, [DevScore(run, eval_state)], opts,
+                                 batches, [DevScore(run, eval_state, keep_best)], opts,
                                  {"task": cfg.task, "objective": "finetune"})
     return experiment_lib.Experiment(
         cfg, config, workdir, trainer,
         lambda mngr: trainer_lib.start_state(trainer, mngr, init_from_source(run)),
         (experiment_lib.Segment("main", 0, 0, run.total_steps, lambda: parts),),
         cfg.train.keep_checkpoints, begin=lambda start, writer: _begin(run, start, best),
-        on_evaluation=[keep_best, _epoch_line],
         finish=lambda state, last: _finish(run, eval_state, state, last))
 
 

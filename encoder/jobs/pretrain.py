@@ -40,49 +40,18 @@ MUTABLE = ("train.num_steps", "train.log_every", "train.eval_every", "train.eval
 
 def train(config, workdir: str, devices=None) -> dict:
     """Runs (or resumes) pretraining; returns the last train and eval metrics."""
-    config = _filled(config)
-    _check_init_from(config, workdir)
+    config = pretrain_sources.filled(config)
+    pretrain_sources.check_init_from(config, workdir)
     mesh = partitioning.make_mesh(config.mesh, devices)
     plan = validate(config, mesh.devices.size)  # before the workdir is touched
     check_fits(config, plan, devices)
-    _check_tokenizer(config, workdir)
+    pretrain_sources.check_tokenizer(config, workdir)
     return skeleton.run(
         config, workdir, lambda c, w, d: build(c, w, mesh, plan), MUTABLE, devices,
         defaults=config_lib.base_config(),
         on_claim=lambda: (phases_lib.check_appended(workdir, config),
                           evals.check_record(config.get("evals"),
                                              config.train.checkpoint_every, workdir)))
-
-
-def _filled(config):
-    """experiments/continue.py leaves the model to its source: its fields filled from it."""
-    if not any(v is None for v in config.model.values()):
-        return config
-    config = config.copy_and_resolve_references()
-    for line in sources.fill_from_source(config, config_lib.model_config("tiny")):
-        report(f"from {config.init_from}: {line}")
-    return config
-
-
-def _check_init_from(config, workdir: str) -> None:
-    """init_from names something that exists (a resume needs no source)."""
-    path = sources.split_step(config.init_from)[0]  # WORKDIR@STEP: the workdir
-    if not config.init_from or config.init_from.startswith("hf:") or os.path.isdir(path) \
-            or store.has_checkpoint(workdir):
-        return
-    if os.path.exists(path):
-        raise ValueError(f"init_from={config.init_from!r} is a file; it takes a workdir of "
-                         "this codebase, a params folder, or hf:DIR (a HuggingFace folder)")
-    raise FileNotFoundError(f"init_from={config.init_from!r}: {path} does not exist")
-
-
-def _check_tokenizer(config, workdir: str) -> None:
-    """A given tokenizer is the source's, before any data is prepared with it."""
-    if config.init_from and config.data.tokenizer and not store.has_checkpoint(workdir):
-        from encoder.data import tokenizer as tokenizer_lib
-        sources.check_tokenizer(config.init_from, sources.load_tokenizer(config.init_from),
-                                tokenizer_lib.load(config.data.tokenizer),
-                                f"data.tokenizer={config.data.tokenizer}")
 
 
 def _barrier(name: str) -> None:

@@ -3,6 +3,9 @@ source's parameters (init_from: a workdir, a params folder or hf:DIR; the source
 compute this config's model with this run's tokenizer), or another run's whole state
 (init_state=full: parameters, optimizer state, step and data position).
 """
+import os
+
+from encoder import config as config_lib
 from encoder.checkpoints import sources, store
 from encoder.train import trainer as trainer_lib
 from encoder.train.loop import report
@@ -84,3 +87,34 @@ def full_start(cfg, trainer):
                "data position)")
         return trainer_lib.Restored(state, data_state)
     return other
+
+
+def filled(config):
+    """experiments/continue.py leaves the model to its source: its fields filled from it."""
+    if not any(v is None for v in config.model.values()):
+        return config
+    config = config.copy_and_resolve_references()
+    for line in sources.fill_from_source(config, config_lib.model_config("tiny")):
+        report(f"from {config.init_from}: {line}")
+    return config
+
+
+def check_init_from(config, workdir: str) -> None:
+    """init_from names something that exists (a resume needs no source)."""
+    path = sources.split_step(config.init_from)[0]  # WORKDIR@STEP: the workdir
+    if not config.init_from or config.init_from.startswith("hf:") or os.path.isdir(path) \
+            or store.has_checkpoint(workdir):
+        return
+    if os.path.exists(path):
+        raise ValueError(f"init_from={config.init_from!r} is a file; it takes a workdir of "
+                         "this codebase, a params folder, or hf:DIR (a HuggingFace folder)")
+    raise FileNotFoundError(f"init_from={config.init_from!r}: {path} does not exist")
+
+
+def check_tokenizer(config, workdir: str) -> None:
+    """A given tokenizer is the source's, before any data is prepared with it."""
+    if config.init_from and config.data.tokenizer and not store.has_checkpoint(workdir):
+        from encoder.data import tokenizer as tokenizer_lib
+        sources.check_tokenizer(config.init_from, sources.load_tokenizer(config.init_from),
+                                tokenizer_lib.load(config.data.tokenizer),
+                                f"data.tokenizer={config.data.tokenizer}")

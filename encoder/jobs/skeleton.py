@@ -50,7 +50,7 @@ def train_and_evaluate(exp: experiment_lib.Experiment) -> dict:
             batches = parts.batches(data_state, int(state.step), batches)
             state, last = loop.run_loop(parts.steps, state, batches, mngr,
                                         parts.writer(writer), parts.options, parts.evaluators,
-                                        exp.on_evaluation, parts.meta, meta)
+                                        parts.meta, meta)
             data_state = meta = None
             if last.pop("signalled", False):
                 last["stopped"] = int(state.step) < exp.total_steps

@@ -56,7 +56,6 @@ class Experiment:
     segments: tuple
     keep_checkpoints: int
     begin: Callable = lambda start, writer: None
-    on_evaluation: Sequence = ()    # actions reading an evaluation's row (KeepBest)
     finish: Callable = lambda state, last: last
 
     @property

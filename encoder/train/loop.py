@@ -5,14 +5,14 @@
         tick = Tick(step, state)
         stops decide tick.stop    (StepLimit; the supervisor's TimeBudget and Signal,
                                    encoder/train/supervision.py: the same on every process)
-        actions run in order      (TrainMetrics, Evaluate, KeepBest, WriteRow, Checkpoint)
+        actions run in order      (TrainMetrics, Evaluate, WriteRow, Checkpoint)
 
 Each action is a small object with its own state, called with the Tick after every step
 and deciding itself whether it is due (`every` steps, at the last step, on a stop). Metrics
 reach the host only through `Window.absorb()`, which an action calls when it needs checked
 numbers (nanodo: read step N-1's metrics after dispatching step N); a non-finite loss stops
 the run there, naming its step. Pretraining and fine-tuning run the same loop; what
-differs is their evaluators (encoder/eval/evaluators.py) and fine-tuning's KeepBest.
+differs is their evaluators (encoder/eval/evaluators.py).
 """
 import dataclasses
 import math
@@ -209,29 +209,6 @@ class Checkpoint:
                    {"step": tick.step, **self.meta, **extra})
 
 
-@dataclasses.dataclass
-class KeepBest:
-    """After an evaluation (`key` in the row, taken out of it): keeps the parameters whose
-    score is the best so far through save(state, record) (the first evaluation always
-    counts; a NaN score, e.g. a constant Pearson, never wins). best is the running record
-    {"score", "step", and the row's `fields`}, restored by the caller on resume."""
-    key: str
-    save: Callable[[Any, dict], None]
-    best: dict
-    fields: tuple = ()
-
-    def __call__(self, tick: Tick) -> None:
-        if self.key not in tick.row:
-            return
-        score = tick.row.pop(self.key)
-        score = score if math.isfinite(score) else -math.inf
-        if score > self.best.get("score", -math.inf) or "step" not in self.best:
-            self.best.update(score=score, step=tick.step,
-                             **{f: tick.row[f] for f in self.fields if f in tick.row})
-            self.save(tick.state, {**self.best, "score": score if math.isfinite(score) else None})
-            tick.row["best"] = True
-
-
 # ----------------------------------------------------------------------------- the loop
 
 def run(step_fn: Callable, state, batches, shard: Callable, window: Window,
@@ -275,15 +252,13 @@ class LoopOptions:
 
 
 def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
-             opts: LoopOptions, evaluators: Sequence = (), on_evaluation: Sequence[Callable] = (),
-             meta: dict | None = None, restored_meta: dict | None = None) -> tuple[Any, dict]:
+             opts: LoopOptions, evaluators: Sequence = (), meta: dict | None = None, restored_meta: dict | None = None) -> tuple[Any, dict]:
     """Trains from state.step to opts.num_steps with the standard actions; returns (final
     state, the latest value of every metric, with "stopped" and "signalled").
 
     trainer: anything with step_fn(state, batch, rng) and shard(batch); batches: an
     iterator of this process's numpy batches with get_state(); evaluators: each with
-    `every` and ev(state, step, last) -> row entries; on_evaluation: actions that read an
-    evaluation's row (fine-tuning's KeepBest) before it is written.
+    `every` and ev(state, step, last) -> row entries.
     """
     start = int(state.step)
     sup = supervision.Supervisor(opts.log_every, opts.time_budget_s, restored_meta)
@@ -298,7 +273,7 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
     actions = [TrainMetrics(window, opts.log_every, progress, opts.tokens_per_step,
                             opts.flops_per_step, opts.peak_flops, opts.learning_rate, budget,
                             opts.num_steps),
-               Evaluate(list(evaluators), window, history), *on_evaluation,
+               Evaluate(list(evaluators), window, history),
                WriteRow(writer, history),
                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,
                           writer.workdir)]
