@@ -119,6 +119,11 @@ def base_config() -> ml_collections.ConfigDict:
         train_files="",                # a prepared folder (`encoder prepare`), or comma-separated
                                        # text paths/globs (prepared into cache_dir); empty: stdlib
         valid_files="",                # the same kinds; empty: the train corpus's hash split
+        format="",                     # text | jsonl | parquet | arrow | mds | tokens; empty: each
+                                       # file's own (encoder/data/formats.py detects it)
+        text_field="text",             # the JSONL field / Parquet, Arrow or MDS column read
+        max_skipped_share=0.01,        # the run refuses input more of which was skipped or
+                                       # damaged (binary files, long lines, bad records, U+FFFD)
         sources={},                    # a mixture instead of train_files: name -> dict(files=,
                                        # format=, text_field=, weight=) (encoder/data/mixture.py)
         temperature=0.0,               # a mixture's shares: 0 the weights as given; tau in (0, 1]:

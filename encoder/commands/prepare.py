@@ -1,6 +1,9 @@
 """`python -m encoder prepare`: text -> a prepared corpus.
 
-What is written and how a rerun resumes: encoder/data/preparation.py.
+What is written and how a rerun resumes: encoder/data/preparation.py. The input is any
+format encoder/data/formats.py reads (text, compressed text, JSONL, Parquet, Arrow, MDS,
+token ids), detected per file or given with --format; what was skipped or repaired is
+printed with its share of the input.
 """
 import os
 import sys
@@ -8,11 +11,15 @@ import sys
 from absl import flags
 
 from encoder import errors
-from encoder.data import pairs, preparation, shards, tokenizer as tokenizer_lib
+from encoder.data import formats, pairs, preparation, shards, tokenizer as tokenizer_lib
 from encoder.commands.one_line import one_line_errors
 
 flags.DEFINE_string("input", "", "files, folders or globs (comma-separated), or 'stdlib'")
 flags.DEFINE_string("out", None, "the prepared corpus folder", required=True)
+flags.DEFINE_string("format", "", "the input's format: " + ", ".join(formats.FORMAT_NAMES)
+                    + "; empty: each file's own (its marks, extension, first lines)")
+flags.DEFINE_string("text_field", "text", "the JSONL field, Parquet/Arrow/MDS column that "
+                    "holds the text (or token ids; with --format=tokens: input_ids)")
 flags.DEFINE_string("tokenizer", "", "an existing tokenizer: a sentencepiece .model or any "
                     "tokenizer.json folder (WordPiece, byte-level BPE, unigram)")
 flags.DEFINE_integer("vocab_size", 32768, "vocabulary of the tokenizer trained here")
@@ -47,7 +54,8 @@ def main(argv):
     s = preparation.Settings(
         FLAGS.one_doc_per_line or is_pairs, FLAGS.max_line_chars,
         FLAGS.valid_fraction if FLAGS["valid_fraction"].present or not is_pairs else 0.0,
-        FLAGS.shard_mb, FLAGS.records, FLAGS.query_prefix, FLAGS.passage_prefix)
+        FLAGS.shard_mb, FLAGS.records, FLAGS.query_prefix, FLAGS.passage_prefix,
+        format=FLAGS.format, text_field=FLAGS.text_field)
     if FLAGS.verify:
         checked = shards.PreparedCorpus(FLAGS.out).verify_all()
         print(f"{FLAGS.out}: verified " + "; ".join(checked))
@@ -90,6 +98,7 @@ def main(argv):
               "--num_machines=1 to write it)")
         return
     print(preparation.summary(manifest))
+    preparation.say_input(manifest)
     if FLAGS.records == "pairs":
         print("train with: python -m encoder run --config=experiments/finetune.py:"
               f"task=contrastive --config.init_from=SOURCE --config.data.train_file="

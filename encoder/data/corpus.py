@@ -3,7 +3,10 @@
 A document is a block of lines separated by a blank line (or one line, with
 one_doc_per_line). Bad input never crashes a run: binary and empty files,
 undecodable bytes and absurdly long lines are skipped or repaired and counted
-in CorpusStats. An empty corpus is an error.
+in CorpusStats, with their bytes, and `skip_report` says what that was as a share
+of the input (every command that prepares prints it). An empty corpus is an error.
+Other formats (JSONL, Parquet, Arrow, MDS, token ids, compressed text) are read by
+encoder/data/formats.py, which counts into the same CorpusStats.
 
 The embedded corpus needs no download: it is the Python standard library's own
 documentation, the `pydoc_data` topics plus the docstrings of the
@@ -20,6 +23,8 @@ import sysconfig
 import zlib
 from typing import Iterable, Iterator
 
+import numpy as np
+
 from encoder.data import shards
 
 BINARY_SNIFF_BYTES = 8192
@@ -35,6 +40,13 @@ class CorpusStats:
     skipped_empty_files: int = 0
     skipped_long_lines: int = 0
     repaired_lines: int = 0  # had undecodable bytes, replaced with U+FFFD
+    bytes: int = 0           # input bytes looked at (decompressed; skipped files whole)
+    skipped_bytes: int = 0   # of which dropped: skipped files, long lines, bad records
+    repaired_bytes: int = 0  # of which damaged: the lines that had U+FFFD put in
+    records: int = 0         # JSONL lines / table rows / MDS samples read
+    skipped_records: int = 0  # no usable text in the field, not an object, not JSON
+    empty_records: int = 0   # an empty text: nothing to train on, nothing lost
+    damaged_files: int = 0   # a compressed stream or table that ended in an error
     skipped: list = dataclasses.field(default_factory=list)  # the first few, by name
 
     def skip(self, what: str) -> None:
@@ -66,6 +78,79 @@ def add_stats(total: dict, part: dict) -> dict:
         else:
             total[k] = total.get(k, 0) + v
     return total
+
+
+# ------------------------------------------------------------------ what was skipped, said
+
+def _size(n: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "?"
+
+
+def dropped_share(stats: dict) -> float:
+    """The share of the input dropped or damaged: bytes of skipped files, long lines, bad
+    records and repaired (U+FFFD) lines over the bytes looked at, or skipped records over
+    records read (a table's rows have no bytes of their own), whichever is larger."""
+    by_bytes = (stats.get("skipped_bytes", 0) + stats.get("repaired_bytes", 0)) / \
+        max(stats.get("bytes", 0), 1)
+    by_records = stats.get("skipped_records", 0) / max(stats.get("records", 0), 1)
+    return max(by_bytes, by_records)
+
+
+def skip_report(stats: dict) -> list[str]:
+    """One console line for each kind of input skipped or repaired, with its share of the
+    input; none when nothing was. Every command that prepares prints these."""
+    total = stats.get("bytes", 0)
+    lines = []
+    files = stats.get("files", 0)
+    skipped_files = {"binary": stats.get("skipped_binary_files", 0),
+                     "empty": stats.get("skipped_empty_files", 0)}
+    whole = sum(skipped_files.values()) + files
+    if skipped_files["binary"]:
+        lines.append(f"skipped {skipped_files['binary']:,} of {whole:,} files as binary "
+                     "(NUL bytes, UTF-16, or a format it is not read as)")
+    if skipped_files["empty"]:
+        lines.append(f"skipped {skipped_files['empty']:,} of {whole:,} files as empty")
+    if stats.get("damaged_files"):
+        lines.append(f"{stats['damaged_files']:,} files ended in a read error (a truncated or "
+                     "corrupt compressed stream or table): read up to the error")
+    n_lines = stats.get("lines", 0) + stats.get("skipped_long_lines", 0)
+    if stats.get("skipped_long_lines"):
+        lines.append(f"skipped {stats['skipped_long_lines']:,} of {n_lines:,} lines as "
+                     "longer than max_line_chars")
+    if stats.get("repaired_lines"):
+        lines.append(f"repaired {stats['repaired_lines']:,} of {n_lines:,} lines that were "
+                     f"not UTF-8 (their bad bytes became U+FFFD): "
+                     f"{_size(stats.get('repaired_bytes', 0))}, "
+                     f"{_pct(stats.get('repaired_bytes', 0), total)} of the input's bytes")
+    if stats.get("skipped_records"):
+        lines.append(f"skipped {stats['skipped_records']:,} of {stats.get('records', 0):,} "
+                     f"records without usable text "
+                     f"({_pct(stats['skipped_records'], stats.get('records', 0))})")
+    if stats.get("skipped_bytes"):
+        lines.append(f"dropped {_size(stats['skipped_bytes'])} of the input's {_size(total)} "
+                     f"({_pct(stats['skipped_bytes'], total)})")
+    if lines and stats.get("skipped"):
+        lines.append("first named: " + "; ".join(stats["skipped"]))
+    return lines
+
+
+def check_dropped(stats: dict, max_share: float, field: str) -> None:
+    """Refuses a corpus whose dropped or damaged share is over max_share, naming field."""
+    share = dropped_share(stats)
+    if share > max_share:
+        raise shards.CorpusError(
+            f"{100 * share:.1f}% of the input was skipped or damaged (see the lines above: "
+            f"{'; '.join(skip_report(stats)[:3])}), more than {field}={max_share}: fix the "
+            f"input (give its format, convert its encoding), or raise {field} to train on "
+            "what is left")
 
 
 def _prepared_looking(folder: str) -> str | None:
@@ -114,32 +199,37 @@ def _binary_reason(path: str) -> str:
     return f"{path} (binary: NUL bytes)"
 
 
-def _raw_lines(f, end: int, max_bytes: int) -> Iterator[bytes | None]:
-    """Lines of a binary file up to byte `end`; None for a line over max_bytes.
+def raw_lines(f, end: float, max_bytes: int, pos: int = 0
+              ) -> Iterator[tuple[bytes | None, int, int]]:
+    """(line, its length, where it starts) of a binary stream from `pos` up to byte `end`;
+    the line is None when it is over max_bytes.
 
     A too-long line is consumed in bounded pieces, never held whole in memory.
     """
-    pos = f.tell()
     while pos < end:
         raw = f.readline(max_bytes + 1)
         if not raw:
             return
-        pos += len(raw)
-        if len(raw) > max_bytes and not raw.endswith(b"\n"):
+        start, n = pos, len(raw)
+        if n > max_bytes and not raw.endswith(b"\n"):
             while raw and not raw.endswith(b"\n"):
                 raw = f.readline(1 << 20)
-                pos += len(raw)
-            yield None
+                n += len(raw)
+            pos += n
+            yield None, n, start
         else:
-            yield raw
+            pos += n
+            yield raw, n, start
 
 
-def _decode(raw: bytes, stats: CorpusStats) -> str:
+def decode(raw: bytes, stats: CorpusStats) -> str:
+    """UTF-8, its bad bytes replaced with U+FFFD and the line counted as repaired."""
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
         line = raw.decode("utf-8", errors="replace")
         stats.repaired_lines += 1
+        stats.repaired_bytes += len(raw)
     return line.rstrip("\r\n")
 
 
@@ -153,27 +243,37 @@ def read_range(path: str, start: int, end: int, one_doc_per_line: bool = False,
     (prepare.py snaps its cut points so).
     """
     stats = stats if stats is not None else CorpusStats()
-    block: list[str] = []
     with open(path, "rb") as f:
         f.seek(start)
-        for raw in _raw_lines(f, end, 4 * max_line_chars + 2):
-            line = None if raw is None else _decode(raw, stats)
-            if line is None or len(line) > max_line_chars:
-                stats.skipped_long_lines += 1
-                stats.skip(f"{path}: a line over max_line_chars={max_line_chars} "
-                           f"(before byte {f.tell()})")
-                continue
-            stats.lines += 1
-            if one_doc_per_line:
-                if line.strip():
-                    stats.documents += 1
-                    yield line.strip()
-            elif line.strip():
-                block.append(line.strip())
-            elif block:
+        yield from line_documents(raw_lines(f, end, 4 * max_line_chars + 2, start), path,
+                                  one_doc_per_line, max_line_chars, stats)
+
+
+def line_documents(lines: Iterable[tuple[bytes | None, int, int]], path: str,
+                   one_doc_per_line: bool, max_line_chars: int,
+                   stats: CorpusStats) -> Iterator[str]:
+    """Documents of raw_lines' lines: blank-line blocks, or one a line."""
+    block: list[str] = []
+    for raw, n, at in lines:
+        stats.bytes += n
+        line = None if raw is None else decode(raw, stats)
+        if line is None or len(line) > max_line_chars:
+            stats.skipped_long_lines += 1
+            stats.skipped_bytes += n
+            stats.skip(f"{path}: a line over max_line_chars={max_line_chars} "
+                       f"(at byte {at}, {n:,} bytes)")
+            continue
+        stats.lines += 1
+        if one_doc_per_line:
+            if line.strip():
                 stats.documents += 1
-                yield "\n".join(block)
-                block = []
+                yield line.strip()
+        elif line.strip():
+            block.append(line.strip())
+        elif block:
+            stats.documents += 1
+            yield "\n".join(block)
+            block = []
     if block:
         stats.documents += 1
         yield "\n".join(block)
@@ -186,23 +286,37 @@ def usable(path: str, stats: CorpusStats) -> bool:
         stats.skip(f"{path} (empty)")
         return False
     if _is_binary(path):
-        stats.skipped_binary_files += 1
-        stats.skip(_binary_reason(path))
+        skip_binary(path, _binary_reason(path), stats)
         return False
     return True
 
 
+def skip_binary(path: str, reason: str, stats: CorpusStats) -> None:
+    """A binary file skipped whole: counted with its bytes, named."""
+    size = os.path.getsize(path)
+    stats.skipped_binary_files += 1
+    stats.bytes += size
+    stats.skipped_bytes += size
+    stats.skip(reason)
+
+
 def read_documents(paths: Iterable[str], one_doc_per_line: bool = False,
                    max_line_chars: int = 100_000,
-                   stats: CorpusStats | None = None) -> Iterator[str]:
-    """Yields documents from text files, counting what it skips or repairs."""
+                   stats: CorpusStats | None = None, fmt: str = "",
+                   text_field: str = "text") -> Iterator[str]:
+    """Yields documents from files of any format (formats.py; fmt "" detects each file's),
+    counting what it skips or repairs. Pre-tokenized sources are refused here: they are
+    read by a prepare, which checks them against a tokenizer."""
+    from encoder.data import formats  # formats reads through this module: imported late
     stats = stats if stats is not None else CorpusStats()
-    for path in paths:
-        if not usable(path, stats):
-            continue
+    opts = formats.Options(one_doc_per_line, max_line_chars, text_field, fmt)
+    for src in formats.sources_of(list(paths), opts, stats):
+        if src.ids:
+            raise shards.CorpusError(f"{src.path} holds token ids ({src.format}); it is read "
+                                     "through a prepare (python -m encoder prepare "
+                                     "--tokenizer=...), not as text")
         stats.files += 1
-        yield from read_range(path, 0, os.path.getsize(path), one_doc_per_line,
-                              max_line_chars, stats)
+        yield from formats.read(src, opts, stats)
 
 
 def _docstrings(source: str) -> Iterator[str]:
@@ -269,9 +383,12 @@ def stdlib_documents() -> list[str]:
     return docs
 
 
-def is_validation(doc: str, valid_fraction: float) -> bool:
-    """Deterministic split by content hash: stable across runs and machines."""
-    return (zlib.crc32(doc.encode("utf-8")) % 10_000) < valid_fraction * 10_000
+def is_validation(doc, valid_fraction: float) -> bool:
+    """Deterministic split by content hash: stable across runs and machines. A document
+    of token ids is hashed by its ids (as int64), whatever their stored type."""
+    data = doc.encode("utf-8") if isinstance(doc, str) else \
+        np.asarray(doc, np.int64).astype("<i8").tobytes()
+    return (zlib.crc32(data) % 10_000) < valid_fraction * 10_000
 
 
 def load_corpus(data_cfg) -> tuple[list[str], list[str], CorpusStats]:
@@ -281,13 +398,14 @@ def load_corpus(data_cfg) -> tuple[list[str], list[str], CorpusStats]:
     without valid_files: the same hash split of the given files.
     """
     stats = CorpusStats()
+    fmt, field = data_cfg.get("format", ""), data_cfg.get("text_field", "text")
     if data_cfg.train_files:
         docs = list(read_documents(expand_paths(data_cfg.train_files), data_cfg.one_doc_per_line,
-                                   data_cfg.max_line_chars, stats))
+                                   data_cfg.max_line_chars, stats, fmt, field))
         if data_cfg.valid_files:
             valid = list(read_documents(expand_paths(data_cfg.valid_files),
                                         data_cfg.one_doc_per_line, data_cfg.max_line_chars,
-                                        CorpusStats()))
+                                        CorpusStats(), fmt, field))
             train = docs
         else:
             train = [d for d in docs if not is_validation(d, data_cfg.valid_fraction)]

@@ -175,7 +175,8 @@ class PretrainingData:
 
 def _settings(data_cfg, valid_fraction: float) -> preparation.Settings:
     return preparation.Settings(bool(data_cfg.one_doc_per_line), int(data_cfg.max_line_chars),
-                            float(valid_fraction))
+                            float(valid_fraction), format=data_cfg.get("format", ""),
+                            text_field=data_cfg.get("text_field", "text"))
 
 
 def _prepared_text(spec: str, data_cfg, valid_fraction: float, tok_path: str, cache: str,
@@ -193,7 +194,10 @@ def _prepared_text(spec: str, data_cfg, valid_fraction: float, tok_path: str, ca
         logging.info("prepared %s into %s in %.1fs: %s", spec, out, time.time() - start,
                      preparation.summary(manifest))
     barrier(f"prepared-{fp}")
-    return shards.PreparedCorpus(out)
+    c = shards.PreparedCorpus(out)  # what was skipped, said and checked at every start
+    preparation.say_input(c.manifest, not primary, data_cfg.get("max_skipped_share", 0.01),
+                          "--config.data.max_skipped_share")
+    return c
 
 
 def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,

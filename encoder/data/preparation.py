@@ -8,9 +8,13 @@
 (encoder/data/pairs.py: the record, and the rows read back).
 
 FILES are what `data.train_files` takes (comma-separated files, folders,
-globs; `stdlib` for the embedded corpus). The job is cut into units of about
---shard_mb MB of text, each cut placed at a document start, so every unit
-is independent: a unit reads its byte ranges as a stream, tokenizes, splits
+globs; `stdlib` for the embedded corpus), in any format formats.py reads (text,
+compressed text, JSONL, Parquet, Arrow, MDS, token ids; detected per file or stated
+with --format, the text in --text_field). The job is cut into units of about
+--shard_mb MB of text, each cut placed at a document start (or a row group, record
+batch, MDS shard; a compressed file is one piece), so every unit is independent: a
+unit reads its pieces as a stream, tokenizes (token ids are checked against the
+tokenizer's vocabulary and written as they are), splits
 train/valid by content hash (corpus.is_validation) and writes one shard per
 split plus a `units/NNNNN.json` marker that is the unit's proof of completion.
 Units run in worker processes (--num_workers), on several machines (unit i
@@ -38,7 +42,7 @@ from typing import Iterator
 import numpy as np
 
 from encoder import errors
-from encoder.data import corpus, pairs, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, formats, pairs, shards, tokenizer as tokenizer_lib
 
 STDLIB = "stdlib"           # --input naming the embedded corpus
 TOKENIZE_CHUNK = 256        # documents per encode_batch call
@@ -50,10 +54,19 @@ WRITER_OPTIONS = "group_size:64"
 
 @dataclasses.dataclass(frozen=True)
 class Piece:
-    """Bytes [start, end) of a file, or documents [start, end) of the embedded corpus."""
+    """Bytes [start, end) of a lines file (a compressed one whole), blocks [start, end) of a
+    table, MDS folder or token array (formats.py: row groups, batches, shards, rows), or
+    documents [start, end) of the embedded corpus."""
     path: str
     start: int
     end: int
+    format: str = "text"     # formats.READERS' key
+    compression: str = ""
+    size: int = 0            # a block piece's bytes (a byte range's are end - start)
+    ids: bool = False        # token ids, not text
+
+    def source(self) -> formats.Source:
+        return formats.Source(self.path, self.format, self.compression, self.ids)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,42 +79,41 @@ class Settings:
     records: str = "text"       # "pairs": retrieval pairs (encoder/data/pairs.py), a line each
     query_prefix: str = ""      # pairs: put before each query / passage when tokenized
     passage_prefix: str = ""
+    format: str = ""            # formats.FORMAT_NAMES; "": each source's own (detected)
+    text_field: str = "text"    # the JSONL field / table or MDS column read
 
 
 PAIR_FIELDS = ("records", "query_prefix", "passage_prefix")
+FORMAT_DEFAULTS = {"format": "", "text_field": "text"}
 
 
 def settings_dict(s: Settings) -> dict:
-    """The settings a plan and manifest record; a text corpus's without the pair fields, so
-    a text corpus prepared before pair corpora existed keeps its plan."""
+    """The settings a plan and manifest record; a text corpus's without the pair fields and
+    the format fields at their defaults, so a corpus prepared before those fields existed
+    keeps its plan."""
     d = dataclasses.asdict(s)
     if s.records == "text":
         for k in PAIR_FIELDS:
             d.pop(k)
+    for k, v in FORMAT_DEFAULTS.items():
+        if d[k] == v:
+            d.pop(k)
     return d
+
+
+def read_options(s: Settings, flag: str = "--input") -> formats.Options:
+    """How formats.py reads the input under these settings (flag: how the user named it)."""
+    pair_lines = s.records == "pairs"  # JSON lines read as lines: pairs.py parses them
+    return formats.Options(s.one_doc_per_line, s.max_line_chars, s.text_field,
+                           "text" if pair_lines else s.format, json_as_text=pair_lines,
+                           flag=flag)
 
 
 # ---------------------------------------------------------------- planning
 
 def _next_doc_start(f, offset: int, limit: int, s: Settings) -> int | None:
     """The first document start at or after offset (None if none before limit)."""
-    f.seek(offset - 1)
-    f.readline()                      # to the first line that starts at or after offset
-    pos = f.tell()
-    if s.one_doc_per_line:
-        return pos
-    seen_blank = False
-    while pos < limit:
-        raw = f.readline(4 * s.max_line_chars + 2)
-        if not raw:
-            return None
-        text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        if not text.strip() and len(text) <= s.max_line_chars:
-            seen_blank = True
-        elif seen_blank:
-            return pos                # a non-blank line right after a blank one
-        pos += len(raw)
-    return None
+    return formats.next_doc_start(f, offset, limit, s.one_doc_per_line, s.max_line_chars)
 
 
 def plan_units(spec: str, s: Settings, flag: str = "--input"
@@ -124,21 +136,33 @@ def plan_units(spec: str, s: Settings, flag: str = "--input"
             units.append((Piece(STDLIB, i0, len(docs)),))
         stats.files = 1
         return units, stats
-    for path in corpus.expand_paths(spec):
-        if not corpus.usable(path, stats):
-            continue
+    opts = read_options(s, flag)
+    for src in formats.resolve(spec, opts, stats):
         stats.files += 1
+        if not formats.splittable(src):  # blocks: row groups, batches, shards, a whole stream
+            for start, end, nbytes in formats.READERS[src.format].blocks(src, opts):
+                last = current[-1] if current else None
+                if last and last.path == src.path and last.end == start:
+                    current[-1] = dataclasses.replace(last, end=end, size=last.size + nbytes)
+                else:
+                    current.append(_piece(src, start, end, nbytes))
+                used += nbytes
+                if used >= budget:
+                    units.append(tuple(current))
+                    current, used = [], 0
+            continue
+        path = src.path
         size, pos = os.path.getsize(path), 0
         with open(path, "rb") as f:
             while size - pos > budget - used:
-                cut = _next_doc_start(f, pos + budget - used, pos + 2 * budget, s)
+                cut = formats.cut(src, f, pos + budget - used, pos + 2 * budget, opts)
                 if cut is None or cut >= size:
                     break
                 if cut > pos:
-                    current.append(Piece(path, pos, cut))
+                    current.append(_piece(src, pos, cut))
                 units.append(tuple(current))
                 current, used, pos = [], 0, cut
-        current.append(Piece(path, pos, size))
+        current.append(_piece(src, pos, size))
         used += size - pos
         if used >= budget:
             units.append(tuple(current))
@@ -150,6 +174,10 @@ def plan_units(spec: str, s: Settings, flag: str = "--input"
     return units, stats
 
 
+def _piece(src: formats.Source, start: int, end: int, size: int = 0) -> Piece:
+    return Piece(src.path, start, end, src.format, src.compression, size, src.ids)
+
+
 _STDLIB_DOCS: list[str] = []
 
 
@@ -159,30 +187,52 @@ def _stdlib() -> list[str]:
     return _STDLIB_DOCS
 
 
+def piece_bytes(p: Piece) -> int:
+    return p.size or p.end - p.start
+
+
 def unit_bytes(unit) -> int:
     return sum(len(d.encode("utf-8")) for p in unit if p.path == STDLIB
                for d in _stdlib()[p.start:p.end]) + sum(
-        p.end - p.start for p in unit if p.path != STDLIB)
+        piece_bytes(p) for p in unit if p.path != STDLIB)
 
 
-def read_unit(unit, s: Settings, stats: corpus.CorpusStats) -> Iterator[str]:
+def read_unit(unit, s: Settings, stats: corpus.CorpusStats,
+              vocab_size: int | None = None) -> Iterator:
+    """The unit's documents: str, or arrays of token ids (checked below vocab_size when
+    given: ids are written as they are, so an id from another tokenizer is refused)."""
+    opts = read_options(s)
     for p in unit:
         if p.path == STDLIB:
             for d in _stdlib()[p.start:p.end]:
                 stats.documents += 1
                 yield d
+        elif p.ids and vocab_size is not None:
+            for i, ids in enumerate(formats.read(p.source(), opts, stats, p.start, p.end)):
+                formats.check_ids(ids, vocab_size, f"{p.path} (blocks {p.start}-{p.end}, "
+                                                   f"document {i})")
+                yield ids
         else:
-            yield from corpus.read_range(p.path, p.start, p.end, s.one_doc_per_line,
-                                         s.max_line_chars, stats)
+            yield from formats.read(p.source(), opts, stats, p.start, p.end)
+
+
+def _stat(path: str) -> tuple[int, int]:
+    """(date, size) of an input: an MDS folder's by its index.json."""
+    if os.path.isdir(path) and os.path.exists(os.path.join(path, "index.json")):
+        path = os.path.join(path, "index.json")
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
 
 
 def plan_fingerprint(spec: str, units, s: Settings, tok_fingerprint: str) -> str:
     h = hashlib.sha256(json.dumps([settings_dict(s), tok_fingerprint]).encode())
     for unit in units:
         for p in unit:
-            st = (os.stat(p.path).st_mtime_ns, os.path.getsize(p.path)) if p.path != STDLIB \
-                else (sys.version,)
-            h.update(json.dumps([os.path.abspath(p.path), p.start, p.end, *st]).encode())
+            st = _stat(p.path) if p.path != STDLIB else (sys.version,)
+            # a plain text piece as before formats existed, so its cached corpus is kept
+            kind = [] if (p.format, p.compression) == ("text", "") else [p.format,
+                                                                         p.compression]
+            h.update(json.dumps([os.path.abspath(p.path), p.start, p.end, *st, *kind]).encode())
     return h.hexdigest()[:20]
 
 
@@ -193,19 +243,23 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
 
     The corpus's bytes are cut into equal strata; from a random point of each
     stratum whole documents are read (validation documents skipped) until the
-    stratum's share is reached. A corpus within the budget is read whole.
+    stratum's share is reached. A corpus within the budget is read whole. Token ids
+    are never a tokenizer's sample.
     """
-    pieces = [p for unit in units for p in unit]
+    pieces = [p for unit in units for p in unit if not p.ids]
     total = sum(unit_bytes((p,)) for p in pieces)
     keep = lambda d: not corpus.is_validation(d, s.valid_fraction)  # noqa: E731
     if total <= sample_chars:
         for unit in units:
-            yield from filter(keep, read_unit(unit, s, corpus.CorpusStats()))
+            yield from filter(keep, (d for d in read_unit(tuple(p for p in unit if not p.ids),
+                                                          s, corpus.CorpusStats())))
         return
     rng = random.Random(seed)
     n = max(1, min(4096, sample_chars // 16384))
     share, owed = sample_chars / n, 0.0
     starts = np.cumsum([0] + [unit_bytes((p,)) for p in pieces])
+    opts = read_options(s)
+    cursors: dict = {}
     for w in range(n):
         at = int((w + rng.random() * 0.5) * total / n)
         k = int(np.searchsorted(starts, at, side="right")) - 1
@@ -215,14 +269,17 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
             sizes = np.cumsum([len(d.encode("utf-8")) for d in _stdlib()[p.start:p.end]])
             first = p.start + int(np.searchsorted(sizes, offset - p.start, side="right"))
             docs = iter(_stdlib()[first:p.end])
-        else:
+        elif formats.splittable(p.source()):
             with open(p.path, "rb") as f:
-                begin = _next_doc_start(f, offset, p.end, s) if offset > 0 else 0
+                begin = formats.cut(p.source(), f, offset, p.end, opts) if offset > 0 else 0
             if begin is None:
                 owed += share
                 continue
-            docs = corpus.read_range(p.path, begin, os.path.getsize(p.path),
-                                     s.one_doc_per_line, s.max_line_chars)
+            docs = formats.read(p.source(), opts, corpus.CorpusStats(), begin,
+                                os.path.getsize(p.path))
+        else:  # a compressed stream or blocks: one forward cursor per piece
+            cursor = cursors.setdefault(p, _Cursor(p, opts))
+            docs = cursor.docs_from(at - int(starts[k]))
         got, want = 0, share + owed
         for d in filter(keep, docs):
             yield d
@@ -230,6 +287,45 @@ def sample_documents(units, s: Settings, sample_chars: int, seed: int = 0) -> It
             if got >= want:
                 break
         owed = max(0.0, want - got)  # a window cut short by a file's end: the next reads more
+
+
+class _Cursor:
+    """Reads one unsplittable piece (a compressed stream, or blocks of a table, an MDS
+    folder) at byte positions that only grow, as a sample's windows come: it jumps to the
+    block holding a position and skips documents up to it, never rereading a stream."""
+
+    def __init__(self, p: Piece, opts: formats.Options):
+        self.p, self.opts = p, opts
+        src = p.source()
+        self.blocks = [(p.start, p.end, piece_bytes(p))] if src.compression else \
+            [b for b in formats.READERS[src.format].blocks(src, opts)
+             if p.start <= b[0] < p.end]
+        self.starts = np.cumsum([0] + [b[2] for b in self.blocks])
+        self.block, self.pos, self.it = -1, 0, iter(())
+
+    def _open(self, k: int):
+        src, base = self.p.source(), int(self.starts[k])
+        if src.compression:  # positions in decompressed bytes, as the piece's size
+            return formats.stream_positions(src, self.opts)
+        pos = base
+
+        def positioned():
+            nonlocal pos
+            for d in formats.read(src, self.opts, corpus.CorpusStats(), self.blocks[k][0],
+                                  self.p.end):
+                pos += len(d)
+                yield pos, d
+        return positioned()
+
+    def docs_from(self, offset: int) -> Iterator[str]:
+        k = max(0, int(np.searchsorted(self.starts, offset, side="right")) - 1)
+        jump = not self.p.source().compression and int(self.starts[k]) > self.pos
+        if self.block < 0 or jump:  # a later block: start there (blocks read independently)
+            self.block, self.pos, self.it = k, int(self.starts[k]), self._open(k)
+        for pos, d in self.it:
+            self.pos = pos
+            if pos >= offset:
+                yield d
 
 
 # sentencepiece's refusal of a vocabulary smaller than the sample's characters (+ its own
@@ -249,6 +345,11 @@ def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
     """Trains OUT's sentencepiece model on a sample of the units; a vocabulary sentencepiece
     refuses is one line naming `flag` (the command's vocabulary flag) and the least size
     that holds the sample's characters."""
+    if all(p.ids for unit in units for p in unit):
+        given = "--config.data.tokenizer" if flag.startswith("--config.") else "--tokenizer"
+        ids = next(p.path for unit in units for p in unit)
+        raise errors.UsageError(f"the input is token ids ({ids}): no tokenizer is trained on "
+                                f"them; give {given}=PATH, the tokenizer that made them")
     prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
     folder = os.path.dirname(os.path.abspath(model_path))
     new_folder = not os.path.exists(folder)
@@ -351,7 +452,10 @@ def process_unit(job: tuple) -> dict:
                     pairs.pair_records(docs, tok, s.query_prefix, s.passage_prefix, dtype,
                                        extra, where=lambda i: f"{docs[i][:60]!r}")]
         out = []
-        for doc, ids in zip(docs, tok.encode_batch(docs, num_threads=1)):
+        texts = [d for d in docs if isinstance(d, str)]
+        encoded = iter(tok.encode_batch(texts, num_threads=1) if texts else ())
+        for doc in docs:  # token ids of a pre-tokenized source are written as they are
+            ids = next(encoded) if isinstance(doc, str) else doc.astype(np.int64).tolist()
             if ids:
                 out.append((doc, shards.encode_record(ids, dtype), ids))
             else:
@@ -370,7 +474,7 @@ def process_unit(job: tuple) -> dict:
         counts[:] += np.bincount(np.asarray(train_ids, np.int64), minlength=tok.vocab_size)
 
     buffer = []
-    for doc in read_unit(unit, s, stats):
+    for doc in read_unit(unit, s, stats, tok.vocab_size):
         buffer.append(doc)
         if len(buffer) == TOKENIZE_CHUNK:
             flush(buffer)
@@ -469,6 +573,16 @@ def check_settings(s: Settings, vocab_size: int | None = None, machine_index: in
     if vocab_size is not None and vocab_size <= len(tokenizer_lib.SPECIAL_TOKENS):
         raise errors.UsageError(f"--vocab_size={vocab_size}: expected more than the "
                                 f"{len(tokenizer_lib.SPECIAL_TOKENS)} special tokens")
+    if s.format not in ("",) + formats.FORMAT_NAMES:
+        raise errors.UsageError(f"--format={s.format!r}: expected one of "
+                                f"{', '.join(formats.FORMAT_NAMES)} (or empty: each file's "
+                                "own, detected)")
+    if not s.text_field:
+        raise errors.UsageError("--text_field is empty: name the field or column that holds "
+                                "the text (or the token ids)")
+    if s.records == "pairs" and (s.format or s.text_field != "text"):
+        raise errors.UsageError("--format and --text_field are for text records; "
+                                "--records=pairs reads JSONL pair files")
     if s.records not in pairs.RECORDS:
         raise errors.UsageError(f"--records={s.records!r}: expected one of {pairs.RECORDS}")
     if s.records != "pairs" and (s.query_prefix or s.passage_prefix):
@@ -536,6 +650,25 @@ def plan_diff(old: dict, request: dict, files: dict) -> list[str]:
     return lines
 
 
+def _ids_sources(units) -> list[formats.Source]:
+    return sorted({p.source() for unit in units for p in unit if p.ids}, key=lambda x: x.path)
+
+
+def _tokenizer_for_ids(units, tokenizer: str) -> str:
+    """The tokenizer of a pre-tokenized input: the one given, else the one its tokens.json
+    names (one for all its sources); never assumed."""
+    sources = _ids_sources(units)
+    if tokenizer or not sources:
+        return tokenizer
+    named = {formats.named_tokenizer(src) for src in sources}
+    if len(named) == 1 and "" not in named:
+        return named.pop()
+    raise errors.UsageError(
+        f"{sources[0].path} holds token ids and names no tokenizer found here (a "
+        f"{formats.TOKENS_META} beside it with \"tokenizer\": PATH): give --tokenizer=PATH, "
+        "the tokenizer that made them")
+
+
 def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int = 32768,
          tokenizer_type: str = "unigram", sample_chars: int = 4_000_000,
          may_train_tokenizer: bool = True, command: str = "") -> Job:
@@ -547,10 +680,14 @@ def plan(spec: str, out: str, s: Settings, tokenizer: str = "", vocab_size: int 
     check_settings(s, None if tokenizer else vocab_size)
     check_out(spec, out)
     units, plan_stats = plan_units(spec, s)
+    tokenizer = _tokenizer_for_ids(units, tokenizer)
     tok_path = tokenizer_path(os.path.join(out, "tokenizer"), tokenizer_type)
     given_fp = None
     if tokenizer:
-        given_fp = tokenizer_lib.load(tokenizer).fingerprint()
+        given = tokenizer_lib.load(tokenizer)
+        given_fp = given.fingerprint()
+        for src in _ids_sources(units):
+            formats.check_tokenizer(src, given, tokenizer)
     request = _request(spec, s, tokenizer, given_fp, vocab_size, tokenizer_type, sample_chars)
     files = _files_of(units)
     plan_file = os.path.join(out, shards.PLAN)
@@ -673,6 +810,8 @@ def finalize(job: Job, command: str = "") -> dict | None:
         "input": job.spec, "settings": settings_dict(job.settings),
         "plan": job.fingerprint, "units": len(job.units), "splits": splits, "stats": stats,
         "token_counts": "token_counts.npy", "command": command,
+        "input_format": job.settings.format, "text_field": job.settings.text_field,
+        "source_formats": source_formats(job.units),
     }
     if job.settings.records == "pairs":  # what encoder/data/pairs.PairRows reads back
         manifest.update(records="pairs", query_prefix=job.settings.query_prefix,
@@ -707,6 +846,44 @@ def prepare(spec: str, out: str, s: Settings = Settings(), tokenizer: str = "",
         os.remove(manifest_path)  # ours (plan.json above); rewritten once the units are done
     run_units(job, todo, num_workers, progress)
     return finalize(job, command)
+
+
+def source_formats(units) -> dict:
+    """How many sources were read in each format ('jsonl.gz': compressed JSON lines)."""
+    seen = {}
+    for unit in units:
+        for p in unit:
+            if p.path != STDLIB:
+                seen[p.path] = p.format + ({"gzip": ".gz", "zstd": ".zst", "bz2": ".bz2",
+                                            "xz": ".xz"}[p.compression] if p.compression else "")
+    counts: dict = {}
+    for kind in seen.values():
+        counts[kind] = counts.get(kind, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def input_report(manifest: dict) -> list[str]:
+    """What a prepared corpus's input was read as, and what of it was skipped or repaired
+    with its share of the input: the console lines every command that prepares prints."""
+    lines = []
+    kinds = manifest.get("source_formats") or {}
+    if kinds and set(kinds) != {"text"}:
+        field = manifest.get("text_field", "text")
+        lines.append("read " + ", ".join(f"{n} {k}" for k, n in kinds.items()) + " source"
+                     + ("s" if sum(kinds.values()) > 1 else "")
+                     + (f" (field {field!r})" if set(kinds) - {"text", "tokens"} else ""))
+    return lines + corpus.skip_report(manifest.get("stats", {}))
+
+
+def say_input(manifest: dict, quiet: bool = False, max_share: float | None = None,
+              field: str = "") -> None:
+    """Prints input_report's lines ("input: ..."; quiet: not this process's to say); with
+    max_share, refuses a corpus whose dropped or damaged share is over it, naming field
+    (the setting that accepts more)."""
+    for line in [] if quiet else input_report(manifest):
+        print(f"input: {line}", flush=True)
+    if max_share is not None:
+        corpus.check_dropped(manifest.get("stats", {}), max_share, field)
 
 
 def summary(manifest: dict) -> str:
