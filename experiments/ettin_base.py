@@ -7,6 +7,12 @@ The budgets are the ones published for the suite; the optimizer, learning rates,
 sizes and masking are modernbert_base's (assumed). A phase's checkpoint is a run's
 checkpoint at the phase's last step (metrics.jsonl and the checkpoint meta name it):
 `python -m encoder merge --workdirs=DIR@STEP` writes it as a params folder.
+
+Data: modernbert_base's mixture and its per-phase changes (web, code and scientific text
+drawn in proportion to their tokens; the decay adds the higher-quality `quality` role).
+Ettin's own data is released per phase in MDS (pretraining, extension, decay): give its
+folders as the roles' files (--config.data.sources.ROLE.files=..., .format=mds); the
+extension's own higher-quality mix is not a separate role here.
 """
 from encoder import config as config_lib
 from experiments import modernbert_base

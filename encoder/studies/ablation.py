@@ -27,6 +27,9 @@ step), as the ELECTRA paper compares MLM and RTD. --wsd_budgets makes it a WSD s
 variant and seed one stable run, and per budget a decay started from its checkpoint
 (`wsd_runs`), so K budgets cost one stable run plus K short decays, not K whole runs; the
 decays are the variants compared. Rows of runs in phases carry their tokens per phase.
+A data ablation sweeps a mixture's fields (--sweep=data.sources.web.weight=0.5,1
+--sweep=data.temperature=0.3,0.7); each row then names the mixture the run realised
+(mixture/<source>: its share of the tokens read, from metrics.jsonl's data/<source>/tokens).
 
 Outputs: DIR/runs.csv (one row per run), DIR/results.csv and DIR/results.md
 (one row per variant: mean ± std over seeds, and the gap to the best variant
@@ -157,7 +160,33 @@ def apply_variant(config, variant: dict):
 
 
 def variant_name(variant: dict) -> str:
-    return ",".join(f"{k.split('.')[-1]}={v}" for k, v in variant.items()) or "base"
+    return ",".join(f"{_short_field(k)}={v}" for k, v in variant.items()) or "base"
+
+
+def _short_field(field: str) -> str:
+    """A field's name in a variant's: its last part; a mixture source's field keeps its
+    source (data.sources.web.weight -> web.weight), so two sources' weights stay apart."""
+    parts = field.split(".")
+    return ".".join(parts[2:]) if parts[:2] == ["data", "sources"] and len(parts) == 4 \
+        else parts[-1]
+
+
+def realised_mixture(rows: list[dict]) -> dict:
+    """mixture/<source>: each source's share of the tokens a run read, from its last
+    metrics row that has data/<source>/tokens (a run on a mixture); {} otherwise."""
+    for r in reversed(rows):
+        tokens = {k.split("/")[1]: v for k, v in r.items()
+                  if k.startswith("data/") and k.endswith("/tokens")}
+        if tokens and sum(tokens.values()) > 0:
+            total = sum(tokens.values())
+            return {f"mixture/{n}": t / total for n, t in tokens.items()}
+    return {}
+
+
+def mixture_text(entry: dict) -> str:
+    """'web 70%, code 30%': a table entry's realised mixture (its mixture/* means)."""
+    return ", ".join(f"{k.split('/', 1)[1]} {100 * v:.0f}%" for k, v in entry.items()
+                     if k.startswith("mixture/") and not k.endswith("_std"))
 
 
 def phase_budget(config) -> dict:
@@ -249,6 +278,9 @@ def pretraining_inputs(config, cache=None) -> dict:
     is rerun (records.inputs_changed)."""
     data = {k: identity.corpus_identity(config.data[k], cache) for k in DATA_FIELDS
             if config.data.get(k)}
+    for name, source in (config.data.get("sources") or {}).items():  # a mixture's files
+        if source.get("files"):
+            data[f"sources.{name}"] = identity.corpus_identity(source["files"], cache)
     out = {"data": data}
     if config.get("init_from"):
         step = config.get("init_step", -1)
@@ -378,6 +410,7 @@ def read_run(run: dict, root: str) -> dict:
                 mine = [r["tokens"] for r in counted if r.get("phase") == name]
                 if mine:
                     out[f"tokens/{name}"] = mine[-1] - ph["start"]
+    out.update(realised_mixture(train))
     if evals:
         out.update({k: v for k, v in evals[-1].items() if k.startswith("eval/")})
     for r in rows:  # config.evals: each metric's last score (the final checkpoint's)
@@ -512,7 +545,7 @@ def aggregate(rows: list[dict]) -> tuple[list[dict], list[str]]:
     keys = ["final_train_loss"] + sorted({k for r in rows for k in r if k.startswith(
         ("eval/", "evals/", "finetune/", "suite/"))}) + ["tokens_per_s", "flops", "parameters", "steps"]
     keys += [k for k in dict.fromkeys(k for r in rows for k in r)
-             if k == "tokens" or k.startswith("tokens/")]
+             if k == "tokens" or k.startswith(("tokens/", "mixture/"))]
     table = []
     for variant in dict.fromkeys(r["variant"] for r in rows):
         group = [r for r in rows if r["variant"] == variant]
@@ -564,7 +597,8 @@ def write_results(rows: list[dict], root: str) -> list[dict]:
              and k not in ("eval/mlm_loss", "eval/gen_loss", metric)]
     show = list(dict.fromkeys(["final_train_loss"] + ([metric] if metric else [])
                               + extra[:5])) + ["tokens_per_s", "flops", "parameters"] + [
-        k for k in keys if k == "tokens" or k.startswith("tokens/")]
+        k for k in keys if k == "tokens" or k.startswith("tokens/")] + (
+        ["mixture"] if any(k.startswith("mixture/") for k in keys) else [])
     if metric is None:
         lines, header, cells = [no_common_metric(rows), ""], [], lambda e: []
         csv_extra = []
@@ -637,6 +671,8 @@ def write_curves(rows: list[dict], root: str) -> None:
 
 
 def cell(entry: dict, key: str) -> str:
+    if key == "mixture":
+        return mixture_text(entry)
     if key not in entry:
         return ""
     if key in ("flops", "parameters") or key == "tokens" or key.startswith("tokens/"):

@@ -276,3 +276,30 @@ def test_the_recipes_declare_their_mixtures_and_schedules():
     np.testing.assert_allclose(mixture.probabilities(
         [weights[2][n] for n in ("web", "code", "science", "quality")], [6, 2, 1, 1], 1.0),
         [6 / 11, 2 / 11, 1 / 11, 2 / 11])
+
+
+# ----------------------------------------------------------------------------- ablations
+
+def test_an_ablation_sweeps_a_sources_weight_and_the_temperature():
+    from encoder.studies import ablation
+    from experiments import modernbert_base
+    base = modernbert_base.get_config("runlocal")
+    variants = ablation.expand([ablation.parse_sweep("data.sources.code.weight=0.5,2"),
+                                ablation.parse_sweep("data.temperature=0.3,0.7")], False)
+    configs = [ablation.apply_variant(base, v) for v in variants]
+    assert [(c.data.sources.code.weight, c.data.temperature) for c in configs] == [
+        (0.5, 0.3), (0.5, 0.7), (2.0, 0.3), (2.0, 0.7)]
+    assert [c.data.sources.web.weight for c in configs] == [1.0] * 4   # the others stay
+    assert ablation.variant_name(variants[0]) == "code.weight=0.5,temperature=0.3"
+    with pytest.raises(ValueError, match="no 'nope' in the config"):
+        ablation.apply_variant(base, {"data.sources.nope.weight": 1.0})
+
+
+def test_a_run_row_names_the_mixture_it_realised():
+    from encoder.studies import ablation
+    rows = [{"step": 5, "data/web/tokens": 300, "data/code/tokens": 100},
+            {"step": 10, "data/web/tokens": 700, "data/code/tokens": 300, "train/loss": 1.0}]
+    shares = ablation.realised_mixture(rows)
+    assert shares == {"mixture/web": 0.7, "mixture/code": 0.3}
+    assert ablation.mixture_text(shares) == "web 70%, code 30%"
+    assert ablation.realised_mixture([{"step": 1, "train/loss": 2.0}]) == {}
