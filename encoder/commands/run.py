@@ -75,7 +75,7 @@ def _report(mode: str, result: dict, objective: str = "mlm") -> None:
     if mode != "pretrain":
         print(json.dumps(result, indent=1))
         return
-    summary = {k: v for k, v in result.items() if k.startswith("eval/") or k in (
+    summary = {k: v for k, v in result.items() if k.startswith(("eval/", "data/")) or k in (
         "step", "train/loss", "parameters")}
     print(json.dumps(summary, indent=1))
     from encoder.objectives import objectives  # the objective's own lines (its table row)

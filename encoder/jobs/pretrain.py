@@ -146,7 +146,7 @@ def _segment(run: dict, phase) -> experiment_lib.Parts:
                               cfg.train.grad_accum_steps, phase.micro)
     base = run["config"]
     options = loop.LoopOptions(
-        num_steps=phase.end, log_every=base.train.log_every,
+        num_steps=phases_lib.end_of(phase, data.train, plan, base.seed), log_every=base.train.log_every,
         checkpoint_every=base.train.checkpoint_every,
         tokens_per_step=cfg.train.batch_size * cfg.data.seq_len,
         flops_per_step=flops.config_train_flops_per_step(cfg),
@@ -164,6 +164,8 @@ def _segment(run: dict, phase) -> experiment_lib.Parts:
             process_index=jax.process_index(), process_count=jax.process_count())
         if data_state is not None and phases_lib.resumes_stream(phase, step, plan):
             it.set_state(data_state)
+        elif hasattr(it, "carry"):  # a mixture counts the run's earlier streams' figures
+            it.carry(previous.stream if previous is not None else data_state)
         return phases_lib.Batches(it, phase, step)
 
     held = None if data.valid is None else trainer.jit_eval(pieces.eval_step)

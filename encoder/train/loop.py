@@ -125,6 +125,7 @@ class TrainMetrics:
     learning_rate: Callable[[int], float] | None = None
     budget: supervision.TimeBudget | None = None
     num_steps: int = 0
+    data: Callable[[], dict] | None = None  # the batches' own figures (a mixture's sources)
 
     def __call__(self, tick: Tick) -> None:
         if not due(tick, self.every):
@@ -142,7 +143,7 @@ class TrainMetrics:
         if self.flops_per_step and self.peak_flops:
             row["train/mfu"] = (timed * self.flops_per_step / seconds
                                 / (self.peak_flops * jax.device_count()))
-        tick.row.update(row)
+        tick.row.update({**row, **(self.data() if self.data else {})})
         self.progress.update(tick.step, row["train/loss"], row.get("train/tokens_per_s", 0))
 
 
@@ -272,7 +273,7 @@ def run_loop(trainer, state, batches, mngr, writer: metrics_io.MetricsWriter,
         end = start
     actions = [TrainMetrics(window, opts.log_every, progress, opts.tokens_per_step,
                             opts.flops_per_step, opts.peak_flops, opts.learning_rate, budget,
-                            opts.num_steps),
+                            opts.num_steps, getattr(batches, "metrics", None)),
                Evaluate(list(evaluators), window, history),
                WriteRow(writer, history),
                Checkpoint(mngr, opts.checkpoint_every, batches, window, meta or {}, budget,

@@ -270,6 +270,29 @@ def resumes_stream(phase: Phase, step: int, plan_: Plan) -> bool:
     return step > plan_.phases[phase.stream].start
 
 
+def end_of(phase: Phase, rows, plan_: Plan, seed: int) -> int:
+    """The step a phase ends at: its planned end, or earlier where a mixture with
+    data.on_exhausted='end' runs a source dry (the step before the batch that would need
+    a row past its last)."""
+    from encoder.data import mixture
+    from encoder.train.loop import report
+    if not isinstance(rows, mixture.Mixture) or rows.on_exhausted != "end":
+        return phase.end
+    first = plan_.phases[phase.stream]
+    stream = [p for p in plan_.phases if p.stream == phase.stream]
+    if any(p.fetch != p.config.train.batch_size for p in stream):
+        raise ValueError(f"phase {phase.name!r}: data.on_exhausted='end' reads whole batches; "
+                         "it does not combine with a batch-size warmup (use 'repeat')")
+    n = mixture.batches_until_exhausted(stream_seed(seed, phase), rows.probs,
+                                        rows.sizes, phase.fetch, phase.end - first.start)
+    if n is None or first.start + n >= phase.end:
+        return phase.end
+    end = max(first.start + n, phase.start)
+    report(f"phase {phase.name!r}: a source runs dry at step {end} (data.on_exhausted='end'): "
+           f"the phase ends there, {phase.end - end:,} steps early")
+    return end
+
+
 class Batches:
     """The iterator run_loop reads for one phase: each step's rows from its stream (a batch,
     or rows / fetch micro-batches concatenated); get_state is the stream's position."""
@@ -290,6 +313,11 @@ class Batches:
 
     def get_state(self):
         return self.stream.get_state()
+
+    def metrics(self) -> dict:
+        """A mixture's realised figures so far (data/<source>/tokens, .../epochs)."""
+        from encoder.data import mixture
+        return mixture.metrics_of(self.stream)
 
 
 class PhaseWriter:
