@@ -11,14 +11,16 @@ The state comes from the workdir's checkpoint, init_from (encoder/jobs/pretrain_
 or a fresh init. With train.ema_decay > 0 the held-out metrics are also reported for the
 parameter EMA (eval_ema/...).
 """
+import dataclasses
 import os
+from typing import Any
 
 import jax
 from absl import logging
 
 from encoder import config as config_lib, errors
 from encoder.aot import chips
-from encoder.checkpoints import sources, store
+from encoder.checkpoints import store
 from encoder.data import pipeline
 from encoder.eval import evaluators
 from encoder.jobs import evals, pretrain_sources, skeleton
@@ -54,6 +56,21 @@ def train(config, workdir: str, devices=None) -> dict:
                                              config.train.checkpoint_every, workdir)))
 
 
+@dataclasses.dataclass
+class Run:
+    """What a pretraining run's segments share: the resolved config, the trainer, the
+    tokenizer, the phase plan, the first phase's data and step pieces (built with the
+    run) and the segments themselves."""
+    config: Any
+    workdir: str
+    trainer: trainer_lib.Trainer
+    tokenizer: Any
+    plan: phases_lib.Plan
+    mft: int                  # the most frequent token: the MLM baseline's answer
+    first: tuple              # (data, step pieces) of phase 0
+    segments: tuple = ()
+
+
 def _barrier(name: str) -> None:
     """All processes wait here (after process 0 prepared data or trained a tokenizer)."""
     if jax.process_count() > 1:
@@ -77,26 +94,6 @@ def _open_data(cfg, workdir: str, where: str = ""):
     return data
 
 
-def set_vocabulary(config, tokens: int) -> tuple[int, int]:
-    """The model's vocabulary rows from its tokenizer: a source keeps its own rows (its
-    extra rows are its own), a new model takes the tokenizer's tokens padded to a multiple
-    of data.vocab_multiple, the padding masked out of the MLM softmax."""
-    m = config.model
-    if config.init_from:  # the source's rows, padding and all
-        src = sources.model_config(config.init_from)
-        if tokens > src.vocab_size:
-            raise ValueError(f"the tokenizer has {tokens} tokens, init_from's model "
-                             f"{src.vocab_size} rows: it is not the source's tokenizer")
-        return src.vocab_size, src.get("real_vocab_size", 0)
-    from encoder.data import tokenizer as tokenizer_lib
-    rows = tokenizer_lib.padded_vocab_size(tokens, int(config.data.get("vocab_multiple", 1)))
-    if (m.vocab_size, m.get("real_vocab_size", 0)) != (rows, tokens if rows != tokens else 0):
-        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
-        logging.info("model.vocab_size %d -> %d rows for the tokenizer's %d tokens",
-                     m.vocab_size, rows, tokens)
-    return rows, tokens if rows != tokens else 0
-
-
 def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.Experiment:
     """The run as one Experiment: the first phase's data and tokenizer, the vocabulary set
     in every phase's config, the optimizer of all phases, and a segment per phase."""
@@ -104,7 +101,7 @@ def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.E
     data = _open_data(plan.phases[0].config, workdir)
     logging.info("data: %s", data.description)
     tok = data.tokenizer
-    vocab = set_vocabulary(config, tok.vocab_size)
+    vocab = pretrain_sources.vocabulary(config, tok.vocab_size)
     for c in [config] + [ph.config for ph in plan.phases]:
         c.model.vocab_size, c.model.real_vocab_size = vocab
     if config.get("phases"):
@@ -117,9 +114,8 @@ def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.E
     resuming, said = store.has_checkpoint(workdir), []
     init = None if resuming else pretrain_sources.source_init(config, tok, said)
     other = None if resuming else pretrain_sources.full_start(config, trainer)
-    run = dict(config=config, workdir=workdir, trainer=trainer, tokenizer=tok, plan=plan,
-               mft=mft, first=(data, first))
-    segments = run["segments"] = tuple(experiment_lib.Segment(
+    run = Run(config, workdir, trainer, tok, plan, mft, (data, first))
+    segments = run.segments = tuple(experiment_lib.Segment(
         ph.name, ph.index, ph.start, ph.end, lambda ph=ph: _segment(run, ph))
         for ph in plan.phases)
     return experiment_lib.Experiment(
@@ -130,24 +126,24 @@ def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.E
         finish=lambda state, last: {**last, "parameters": objectives.parameter_count(config)[1]})
 
 
-def _segment(run: dict, phase) -> experiment_lib.Parts:
+def _segment(run: Run, phase) -> experiment_lib.Parts:
     """A phase's step, batches and evaluators over the run's state and optimizer."""
-    cfg, trainer, plan, tok = phase.config, run["trainer"], run["plan"], run["tokenizer"]
+    cfg, trainer, plan, tok = phase.config, run.trainer, run.plan, run.tokenizer
     if phase.index == 0:
-        data, pieces = run["first"]
+        data, pieces = run.first
     else:
-        data = _open_data(cfg, run["workdir"], f"phase {phase.name!r}: ")
+        data = _open_data(cfg, run.workdir, f"phase {phase.name!r}: ")
         if data.tokenizer.fingerprint() != tok.fingerprint():
             raise ValueError(f"phase {phase.name!r}: its data's tokenizer is not the run's "
                              f"({data.tokenizer.vocab_size} and {tok.vocab_size} tokens): "
                              "prepare the phase's data with the run's tokenizer")
-        pieces = pretraining.build(cfg, tok, run["mft"])
+        pieces = pretraining.build(cfg, tok, run.mft)
     steps = trainer_lib.Steps(trainer, pieces.loss_fn, pieces.prepare, cfg.train.batch_size,
                               cfg.train.grad_accum_steps, phase.micro)
-    base = run["config"]
+    base = run.config
     options = loop.LoopOptions(
-        num_steps=phases_lib.end_of(phase, data.train, plan, base.seed), log_every=base.train.log_every,
-        checkpoint_every=base.train.checkpoint_every,
+        num_steps=phases_lib.end_of(phase, data.train, plan, base.seed),
+        log_every=base.train.log_every, checkpoint_every=base.train.checkpoint_every,
         tokens_per_step=cfg.train.batch_size * cfg.data.seq_len,
         flops_per_step=flops.config_train_flops_per_step(cfg),
         peak_flops=base.train.peak_flops or chips.peak_flops_per_device(),
@@ -184,28 +180,28 @@ def held_out(cfg, eval_fn, rows, shard, prefix: str = "eval/", num_batches: int 
                               prefix=prefix)
 
 
-def _evaluators(run: dict, cfg, valid, eval_fn, every: int) -> list:
+def _evaluators(run: Run, cfg, valid, eval_fn, every: int) -> list:
     """The held-out figures (every train.eval_every steps), then config.evals."""
-    shard = run["trainer"].shard
+    shard = run.trainer.shard
     out = [] if valid is None else [evaluators.HeldOutFigures(
         held_out(cfg, eval_fn, valid, shard), held_out(cfg, eval_fn, valid, shard, "eval_ema/"),
         optimizer.ema_params, every)]
     if cfg.get("evals"):
         held = None if valid is None else (
             lambda n: held_out(cfg, eval_fn, valid, shard, prefix="", num_batches=n))
-        context = evals.Context(cfg.model, run["tokenizer"], run["workdir"], cfg.data.seq_len,
+        context = evals.Context(cfg.model, run.tokenizer, run.workdir, cfg.data.seq_len,
                                 held)
-        record = metrics_io.ScoreRecord(run["workdir"], jax.process_index() == 0)
+        record = metrics_io.ScoreRecord(run.workdir, jax.process_index() == 0)
         out += [evaluators.Recorded(ev, record)
                 for ev in evals.build(cfg.evals, cfg.train.checkpoint_every, context)]
     return out
 
 
-def _begin(run: dict, start, writer, said: list) -> None:
+def _begin(run: Run, start, writer, said: list) -> None:
     """The run's opening lines; a run started from a source first scores the source."""
-    cfg, plan, workdir = run["config"], run["plan"], run["workdir"]
+    cfg, plan, workdir = run.config, run.plan, run.workdir
     if jax.process_index() == 0 and not os.path.exists(os.path.join(workdir, "tokenizer")):
-        run["tokenizer"].save(os.path.join(workdir, "tokenizer"))  # a self-contained workdir
+        run.tokenizer.save(os.path.join(workdir, "tokenizer"))  # a self-contained workdir
     for line in said:
         report(line)
     step0 = int(start.state.step)
@@ -219,7 +215,7 @@ def _begin(run: dict, start, writer, said: list) -> None:
     for line in plan.describe() if cfg.get("phases") else ():
         report(line)
     if cfg.init_from and start.step is None and step0 < plan.total_steps:
-        seg = next(s for s in run["segments"] if step0 < s.end)
+        seg = next(s for s in run.segments if step0 < s.end)
         held = [ev for ev in seg.parts.evaluators if isinstance(ev, evaluators.HeldOutFigures)]
         if held:  # where the curve begins: the source's figures under this run's protocol
             row = held[0](start.state, step0, {})

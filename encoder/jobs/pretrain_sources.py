@@ -5,6 +5,8 @@ compute this config's model with this run's tokenizer), or another run's whole s
 """
 import os
 
+from absl import logging
+
 from encoder import config as config_lib
 from encoder.checkpoints import sources, store
 from encoder.train import trainer as trainer_lib
@@ -118,3 +120,23 @@ def check_tokenizer(config, workdir: str) -> None:
         sources.check_tokenizer(config.init_from, sources.load_tokenizer(config.init_from),
                                 tokenizer_lib.load(config.data.tokenizer),
                                 f"data.tokenizer={config.data.tokenizer}")
+
+
+def vocabulary(config, tokens: int) -> tuple[int, int]:
+    """(rows, real tokens) of the model's vocabulary from its tokenizer: a source keeps its own rows (its
+    extra rows are its own), a new model takes the tokenizer's tokens padded to a multiple
+    of data.vocab_multiple, the padding masked out of the MLM softmax."""
+    m = config.model
+    if config.init_from:  # the source's rows, padding and all
+        src = sources.model_config(config.init_from)
+        if tokens > src.vocab_size:
+            raise ValueError(f"the tokenizer has {tokens} tokens, init_from's model "
+                             f"{src.vocab_size} rows: it is not the source's tokenizer")
+        return src.vocab_size, src.get("real_vocab_size", 0)
+    from encoder.data import tokenizer as tokenizer_lib
+    rows = tokenizer_lib.padded_vocab_size(tokens, int(config.data.get("vocab_multiple", 1)))
+    if (m.vocab_size, m.get("real_vocab_size", 0)) != (rows, tokens if rows != tokens else 0):
+        # The tokenizer defines the vocabulary (sentencepiece stops early on a small corpus).
+        logging.info("model.vocab_size %d -> %d rows for the tokenizer's %d tokens",
+                     m.vocab_size, rows, tokens)
+    return rows, tokens if rows != tokens else 0
