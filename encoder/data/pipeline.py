@@ -219,12 +219,18 @@ def _workdir_tokenizer(data_cfg, workdir: str, vocab_size: int, primary: bool,
     return path
 
 
-def held_out_rows(data_cfg, tok: Tokenizer, valid_files: str = ""):
-    """Held-out rows for evaluation: valid_files, else the run's own validation split.
+def held_out_rows(data_cfg, tok: Tokenizer, valid_files: str = "", workdir: str = ""):
+    """Held-out rows for evaluation: valid_files, else the run's own validation split (a
+    mixture's: its sources' held-out splits interleaved by share, read from the prepared
+    folders in data.cache_dir or WORKDIR/cache).
 
     None when the run has no held-out document (never training text instead).
     """
     spec = valid_files or data_cfg.valid_files
+    mix = None if spec else mixture.parse(data_cfg)
+    if mix is not None:
+        cache = data_cfg.cache_dir or (os.path.join(workdir, "cache") if workdir else "")
+        return _mixture_held_out(mix, data_cfg, tok, cache)
     if shards.is_prepared(spec) or (not spec and shards.is_prepared(data_cfg.train_files)):
         c = shards.PreparedCorpus(spec or data_cfg.train_files)
         c.check_tokenizer(tok)
@@ -452,6 +458,40 @@ def _open_mixture(spec: mixture.Spec, data_cfg, workdir: str, vocab_size: int, c
                 zip(spec.names, corpora, train, probs) if c is not None]})
     return PretrainingData(tok, mix, held, counts, _describe_mixture(spec, mix, corpora)
                            + "; " + held_text)
+
+
+def _mixture_held_out(spec: mixture.Spec, data_cfg, tok: Tokenizer, cache: str):
+    """A trained mixture's held-out rows, from the folders its run prepared (none is
+    prepared here: a missing one is named)."""
+    if not cache:
+        raise ValueError("a mixture's held-out rows are read from its prepared sources: give "
+                         "the run's workdir (its cache) or data.cache_dir, or "
+                         "data.valid_files")
+    corpora, tokens = [], []
+    for source in spec.sources:
+        if source.weight <= 0:
+            corpora.append(None), tokens.append(0)
+            continue
+        try:
+            if shards.is_prepared(source.files):
+                c = shards.PreparedCorpus(source.files)
+            else:
+                view = _source_config(source, data_cfg)
+                s = _settings(view, data_cfg.valid_fraction)
+                units, _ = preparation.plan_units(view.train_files, s,
+                                                  flag=f"data.sources.{source.name}.files")
+                fp = preparation.plan_fingerprint(view.train_files, units, s, tok.fingerprint())
+                c = shards.PreparedCorpus(os.path.join(cache, f"prepared-{fp}"))
+            c.check_tokenizer(tok)
+        except (ValueError, OSError) as e:
+            raise _named(source, e) from None
+        corpora.append(c)
+        tokens.append(sum(sh.tokens for sh in c.shards["train"]))
+    probs = mixture.probabilities(spec.weights, tokens, spec.temperature)
+    valid = [None if c is None else _rows(c, "valid", data_cfg, tok) for c in corpora]
+    if not any(v is not None for v in valid):
+        return None
+    return mixture.Interleaved(spec.names, valid, probs)
 
 
 def _describe_mixture(spec: mixture.Spec, mix: mixture.Mixture, corpora) -> str:

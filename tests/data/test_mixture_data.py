@@ -201,3 +201,18 @@ def test_the_data_command_prints_a_step(text_corpus, cache, tmp_path):
                          env=child_env(), timeout=300)
     assert bad.returncode != 0 and "no config.json" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_an_evaluation_reads_the_held_out_rows_the_run_evaluated_on(text_corpus, cache,
+                                                                    tmp_path):
+    c = data_cfg(text_corpus, cache)
+    data = pipeline.open_pretraining_data(c.data, str(tmp_path / "wd"), 0)
+    held = pipeline.held_out_rows(c.data, data.tokenizer)       # the cache, from cache_dir
+    np.testing.assert_array_equal(held.read_batch(range(40))["input_ids"],
+                                  data.valid.read_batch(range(40))["input_ids"])
+    c.data.cache_dir = ""
+    with pytest.raises(ValueError, match="read from its prepared sources: give the run's "
+                                         "workdir"):
+        pipeline.held_out_rows(c.data, data.tokenizer)
+    with pytest.raises(ValueError, match=r"^data.sources.\w+ \(.*not a prepared corpus"):
+        pipeline.held_out_rows(c.data, data.tokenizer, workdir=str(tmp_path / "elsewhere"))
