@@ -1,7 +1,7 @@
 """FSDP against data parallelism at equal rows per chip: per-chip memory and collectives of
 the pretraining step compiled for a v5e:2x2 slice (libtpu) or a GPU node (--topology=h100:8,
-XLA's CUDA compiler) on this CPU machine, one JSON line per compile (BUILD_NOTES.md, "FSDP:
-before / after the activation constraints"; "GPU compiles").
+XLA's CUDA compiler) on this CPU machine, one JSON line per compile (BUILD_NOTES.md, "TPU
+compiles" and "GPU compiles").
 
     python benchmarks/fsdp_memory.py [--shape=mini] [--seq_len=512] [--rows_per_chip=8]
         [--grad_accum=1] [--scan=false] [--meshes=dp,fsdp] [--topology=v5e:2x2]

@@ -29,7 +29,7 @@ def _config(mesh, impl="splash"):
     config.data.seq_len = 128
     # 4 rows per chip: FSDP's temp is within 10% of data-parallel's at 4 and 8 rows a chip
     # (2.7%, 4.6%), not at 2 (11.6%: one unsharded gradient is a larger share of less;
-    # BUILD_NOTES, "FSDP: where the rest of the gap is")
+    # BUILD_NOTES, "TPU compiles")
     config.train.batch_size = 16
     config.mesh.data, config.mesh.fsdp = mesh
     return config
