@@ -641,9 +641,10 @@ def _mds_column(folder: str, shard: dict, opts: Options) -> tuple[int, str]:
 
 def _mds_kind(encoding: str, folder: str, field: str, opts: Options) -> str:
     base = encoding.split(":")[0]
-    if base in ("str", "json"):  # json: a string, or a list of ids (decided per sample)
-        return "ids" if opts.stated == "tokens" or base == "json" and field == "input_ids" \
-            else "text"
+    if base == "str":
+        return "text"
+    if base == "json":  # a string or a list of ids: which, the format or the name says
+        return "ids" if opts.stated == "tokens" or field == "input_ids" else "text"
     if base == "ndarray":
         return "ids"
     if base == "bytes":

@@ -345,11 +345,12 @@ def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
     """Trains OUT's sentencepiece model on a sample of the units; a vocabulary sentencepiece
     refuses is one line naming `flag` (the command's vocabulary flag) and the least size
     that holds the sample's characters."""
-    if all(p.ids for unit in units for p in unit):
+    ids = [p.path for unit in units for p in unit if p.ids]
+    if ids:  # a tokenizer trained here is not the one that made them
         given = "--config.data.tokenizer" if flag.startswith("--config.") else "--tokenizer"
-        ids = next(p.path for unit in units for p in unit)
-        raise errors.UsageError(f"the input is token ids ({ids}): no tokenizer is trained on "
-                                f"them; give {given}=PATH, the tokenizer that made them")
+        raise errors.UsageError(f"the input holds token ids ({ids[0]}): a tokenizer trained "
+                                f"here would not be the one that made them; give "
+                                f"{given}=PATH, the tokenizer that did")
     prefix = model_path[:-len(".model")] if model_path.endswith(".model") else model_path
     folder = os.path.dirname(os.path.abspath(model_path))
     new_folder = not os.path.exists(folder)
@@ -487,6 +488,7 @@ def process_unit(job: tuple) -> dict:
     if s.records == "pairs":
         result["stats"]["bad_records"] = extra.get("bad_records", 0)
         result["max_negatives"] = extra.get("max_negatives", 0)
+        result["scored_pairs"] = extra.get("scored_records", 0)  # pairs.py's teacher scores
     for split, p in part.items():
         p["writer"].close()
         name = f"shards/{split}-{unit_id:05d}"
@@ -816,7 +818,8 @@ def finalize(job: Job, command: str = "") -> dict | None:
     if job.settings.records == "pairs":  # what encoder/data/pairs.PairRows reads back
         manifest.update(records="pairs", query_prefix=job.settings.query_prefix,
                         passage_prefix=job.settings.passage_prefix,
-                        max_negatives=max(m.get("max_negatives", 0) for m in markers))
+                        max_negatives=max(m.get("max_negatives", 0) for m in markers),
+                        scored_pairs=sum(m.get("scored_pairs", 0) for m in markers))
     _atomic_json(os.path.join(job.out, shards.MANIFEST), manifest)
     return manifest
 

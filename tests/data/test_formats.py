@@ -292,3 +292,32 @@ def test_latin1_text_counts_as_damaged_and_stops_the_run(tmp_path, text_corpus, 
         pipeline._prepared_text(str(tmp_path / "l1.txt"), _data_cfg(str(tmp_path / "l1.txt")),
                                 0.05, tok_path, str(tmp_path / "cache"), True, lambda n: None)
     assert "input: repaired 50 of 101 lines that were not UTF-8" in capsys.readouterr().out
+
+
+def test_beam_prepares_every_format_to_the_local_engine_s_corpus(tmp_path, docs, text_corpus):
+    pytest.importorskip("apache_beam")
+    _, tok_path = text_corpus
+    d = tmp_path / "in"
+    d.mkdir()
+    pq.write_table(pa.table({"text": docs[:150]}), d / "a.parquet", row_group_size=40)
+    (d / "b.jsonl.gz").write_bytes(gzip.compress(_jsonl_bytes(docs[150:250])))
+    _text(d / "c.txt", docs[250:])
+    s = preparation.Settings(shard_mb=0.02)
+    local = preparation.prepare(str(d), str(tmp_path / "local"), s, tokenizer=tok_path)
+    beam = preparation.prepare_with_beam(str(d), str(tmp_path / "beam"), s, tokenizer=tok_path)
+    for m in (local, beam):
+        assert m["source_formats"] == {"jsonl.gz": 1, "parquet": 1, "text": 1}
+    core = lambda m: (m["splits"], m["stats"])  # noqa: E731
+    assert core(beam) == core(local)
+    assert local["splits"]["train"]["documents"] + local["splits"]["valid"]["documents"] \
+        == len(docs)
+
+
+def test_a_run_on_token_ids_needs_the_tokenizer_that_made_them(tmp_path):
+    np.save(tmp_path / "ids.npy", np.arange(40, dtype=np.int32).reshape(4, 10))
+    cfg = _data_cfg(str(tmp_path / "ids.npy"), tokenizer="", tokenizer_type="unigram",
+                    tokenizer_sample_chars=1000)
+    with pytest.raises(ValueError, match=r"holds token ids \(.*ids.npy\): a tokenizer trained "
+                                         "here would not be the one that made them; give "
+                                         "--config.data.tokenizer=PATH"):
+        pipeline._workdir_tokenizer(cfg, str(tmp_path / "wd"), 100, True, lambda n: None)
