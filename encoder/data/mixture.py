@@ -35,6 +35,7 @@ not depend on the process count. The same seed draws the same u(i) whatever the 
 two runs of a weight ablation differ only where their cumulative weights differ.
 """
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -194,6 +195,7 @@ def _digest(*parts) -> str:
                           ).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=4096)  # a batch asks for the same few keys again
 def stream_key(*parts) -> int:
     """A 64-bit key from any JSON-able parts (seed, purpose, source name, epoch)."""
     return int(_digest(*parts), 16)
