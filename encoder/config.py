@@ -96,7 +96,7 @@ def base_config() -> ml_collections.ConfigDict:
                                        # from the source's (each computes another function)
     config.phases = ()                 # () one phase; else a tuple of dicts (encoder/train/phases.py)
     config.evals = ml_collections.ConfigDict()  # name -> dict(kind=..., every=..., options):
-                                       # evaluators at their own cadence (encoder/eval/declared.py)
+                                       # evaluators at their own cadence (encoder/jobs/evals.py)
     config.model = model_config("tiny")
 
     config.masking = ml_collections.ConfigDict(dict(
