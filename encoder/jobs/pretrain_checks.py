@@ -53,11 +53,6 @@ def validate(config, num_devices: int | None = None) -> phases_lib.Plan:
         if ph.config.data.seq_len < MIN_SEQ_LEN:
             raise ValueError(f"{where}data.seq_len={ph.config.data.seq_len}: a row holds [CLS], "
                              f"[SEP] and its text; give at least {MIN_SEQ_LEN} tokens")
-    warmup, steps = int(config.train.get("warmup_steps", 0)), plan.total_steps
-    if not config.get("phases") and warmup and warmup >= steps:
-        raise ValueError(f"train.warmup_steps={warmup} is not shorter than the run "
-                         f"(train.num_steps={steps}): the learning rate would never reach its "
-                         "peak; lower warmup_steps")
     data = config.data
     if config.train.eval_every and data.valid_files and _same_files(data.valid_files,
                                                                  data.train_files):
