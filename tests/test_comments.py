@@ -118,6 +118,10 @@ def _names(body) -> dict[str, ast.AST | None]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 out.update({n.id: None for n in ast.walk(t) if isinstance(n, ast.Name)})
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                # names a module serves lazily (a module __getattr__) are listed in __all__
+                out.update({c.value: None for c in ast.walk(node.value)
+                            if isinstance(c, ast.Constant) and isinstance(c.value, str)})
         elif isinstance(node, (ast.If, ast.Try, ast.With)):
             out.update(_names(getattr(node, "body", [])))
     return out
@@ -186,7 +190,7 @@ def test_comments_name_paths_and_modules_that_exist():
 
 
 def test_the_checker_tells_what_exists_from_what_does_not():
-    assert dotted_exists("encoder.config.base_config")
+    assert dotted_exists("encoder.config.base_config") and dotted_exists("encoder.encode")
     assert dotted_exists("encoder.commands.ALIASES")
     assert not dotted_exists("encoder.config.no_such_function")
     assert not dotted_exists("encoder.no_such_module.thing")
