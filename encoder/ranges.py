@@ -215,6 +215,8 @@ RANGES: dict[str, Range] = {
     "contrastive.cache_chunk": COUNT,        # 0: no GradCache
     "contrastive.num_negatives": COUNT,
     "contrastive.colbert_dim": COUNT,        # > 0 with head=colbert (retrieval/options.py)
+    "contrastive.in_batch_weight": RATE,     # x the in-batch loss beside a distillation one
+    "contrastive.distill_temperature": SCALE,  # kl's T: teacher and student logits / T
     # --- evaluate and embed
     "eval.max_tokens": POSITIVE,
     "eval.batch_size": POSITIVE,

@@ -5,14 +5,18 @@
 
 The input is what the contrastive task reads from JSONL (encoder/tasks/contrastive.py):
 one {"text_a": query, "text_b": positive, "negatives": [texts]} object a line, as
-`python -m encoder mine` writes them. preparation.py's units, markers, resume and
+`python -m encoder mine` writes them, or a scored row {"query" (or "text_a"), "passages":
+[positive, negatives...], "scores": [a teacher's score per passage]} (`mine --scores`). preparation.py's units, markers, resume and
 manifest serve unchanged (a unit is cut at a line start); this module is what a record
 holds and how a training row is read back. A line that is not such an object is skipped
 and counted (`bad_records`, the first few named by byte offset), never trained on.
 
 A record is one pair: an int32 header [k, hash(text_a), hash(text_b), hash(neg_1..k),
 len(a), len(b), len(neg_1..k)], then every text's token ids (the prefix included, no
-special tokens) in the corpus's token dtype. The prefixes are part of the corpus (its
+special tokens) in the corpus's token dtype. A scored pair sets SCORED in its first header
+word and holds its 1 + k teacher scores (float32) between the header and the tokens; the
+manifest counts them (`scored_pairs`), so a distillation run refuses a corpus that is not
+scored throughout before it trains. The prefixes are part of the corpus (its
 plan); a run whose `contrastive.*_prefix` differ is refused. The hashes are 31-bit content
 ids of the raw texts: the duplicate masks of the loss compare them, as they compare the
 JSONL path's ids (a collision, about one per 2^31 pairs of texts in a batch, masks one
@@ -25,6 +29,7 @@ so memory does not grow with the corpus.
 """
 import hashlib
 import json
+import math
 
 import numpy as np
 
@@ -32,6 +37,7 @@ from encoder.data import shards
 
 RECORDS = ("text", "pairs")   # --records: what a prepared corpus's record holds
 MAX_NAMED = 5                 # bad lines named in the stats (the rest only counted)
+SCORED = 1 << 30              # the header's first word: k | SCORED when scores follow
 
 
 def text_hash(text: str) -> int:
@@ -40,21 +46,58 @@ def text_hash(text: str) -> int:
                           "little") & 0x7FFFFFFF
 
 
+def read_row(ex: dict) -> str | None:
+    """Reads a scored row's query as text_a and its passages as text_b (the first) and
+    negatives (the rest), in place; checks the scores (one finite number per passage).
+    Returns why the row is refused, or None."""
+    if "passages" in ex:
+        passages = ex["passages"]
+        if not isinstance(passages, list) or not passages or not all(
+                isinstance(x, str) for x in passages):
+            return "'passages' is not a non-empty list of strings (the first the positive)"
+        clash = [k for k in ("text_b", "negatives") if k in ex]
+        if clash:
+            return (f"a row with 'passages' also holds {clash} (the passages are the "
+                    "positive and the negatives)")
+        if "text_a" not in ex:
+            if not isinstance(ex.get("query"), str):
+                return "no string 'query' (or 'text_a')"
+            ex["text_a"] = ex.pop("query")
+        ex["text_b"], ex["negatives"] = passages[0], list(passages[1:])
+        del ex["passages"]
+    negs = ex.get("negatives", [])
+    if not isinstance(negs, list) or not all(isinstance(x, str) for x in negs):
+        return "'negatives' is not a list of strings"
+    scores = ex.get("scores")
+    if scores is not None:
+        if not isinstance(scores, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+                for x in scores):
+            return "'scores' is not a list of finite numbers"
+        if len(scores) != 1 + len(negs):
+            return (f"{len(scores)} scores for {1 + len(negs)} passages (one teacher score "
+                    "per passage, the positive's first)")
+    return None
+
+
 def parse_line(line: str) -> dict | str:
-    """The pair of one JSONL line, or why it is not one."""
+    """The pair of one JSONL line (with its "scores" when scored), or why it is not one."""
     try:
         ex = json.loads(line)
     except json.JSONDecodeError as e:
         return f"not JSON ({e.msg})"
     if not isinstance(ex, dict):
         return "not a JSON object"
+    why = read_row(ex)
+    if why:
+        return why
     for key in ("text_a", "text_b"):
         if not isinstance(ex.get(key), str):
             return f"no string {key!r}"
-    negs = ex.get("negatives", [])
-    if not isinstance(negs, list) or not all(isinstance(x, str) for x in negs):
-        return "'negatives' is not a list of strings"
-    return {"text_a": ex["text_a"], "text_b": ex["text_b"], "negatives": negs}
+    out = {"text_a": ex["text_a"], "text_b": ex["text_b"], "negatives": ex.get("negatives", [])}
+    if ex.get("scores") is not None:
+        out["scores"] = [float(x) for x in ex["scores"]]
+    return out
 
 
 def texts_of(pair: dict, query_prefix: str, passage_prefix: str) -> list[str]:
@@ -66,21 +109,36 @@ def texts_of(pair: dict, query_prefix: str, passage_prefix: str) -> list[str]:
 def encode_record(pair: dict, ids: list[list[int]], dtype: str) -> bytes:
     """One pair's record from its texts' token ids (texts_of's order)."""
     raw = [pair["text_a"], pair["text_b"]] + pair["negatives"]
-    header = np.asarray([len(pair["negatives"])] + [text_hash(t) for t in raw]
-                        + [len(x) for x in ids], np.int32)
+    scores = pair.get("scores")
+    k = len(pair["negatives"]) | (SCORED if scores is not None else 0)
+    header = np.asarray([k] + [text_hash(t) for t in raw] + [len(x) for x in ids], np.int32)
     body = np.concatenate([np.asarray(x, np.int64) for x in ids]) if ids else np.zeros(0)
-    return header.astype("<i4").tobytes() + body.astype(np.dtype(dtype).newbyteorder("<")).tobytes()
+    extra = b"" if scores is None else np.asarray(scores, "<f4").tobytes()
+    return (header.astype("<i4").tobytes() + extra
+            + body.astype(np.dtype(dtype).newbyteorder("<")).tobytes())
+
+
+def decode_scored(record: bytes, dtype: str):
+    """(hashes [2 + k], token ids of each text, scores [1 + k] float32 or None)."""
+    word = int(np.frombuffer(record[:4], "<i4")[0])
+    k, scored = word & ~SCORED, bool(word & SCORED)
+    n = 2 + k
+    start = 4 * (1 + 2 * n)
+    header = np.frombuffer(record[:start], "<i4")
+    hashes, lengths = header[1:1 + n], header[1 + n:]
+    scores = None
+    if scored:
+        scores = np.frombuffer(record[start:start + 4 * (1 + k)], "<f4").astype(np.float32)
+        start += 4 * (1 + k)
+    body = np.frombuffer(record[start:], np.dtype(dtype).newbyteorder("<"))
+    cuts = np.cumsum(lengths)[:-1]
+    return hashes.astype(np.int32), [x.astype(np.int64) for x in np.split(body, cuts)], scores
 
 
 def decode_record(record: bytes, dtype: str) -> tuple[np.ndarray, list[np.ndarray]]:
     """(hashes [2 + k], token ids of each text) of one record."""
-    k = int(np.frombuffer(record[:4], "<i4")[0])
-    n = 2 + k
-    header = np.frombuffer(record[:4 * (1 + 2 * n)], "<i4")
-    hashes, lengths = header[1:1 + n], header[1 + n:]
-    body = np.frombuffer(record[4 * (1 + 2 * n):], np.dtype(dtype).newbyteorder("<"))
-    cuts = np.cumsum(lengths)[:-1]
-    return hashes.astype(np.int32), [x.astype(np.int64) for x in np.split(body, cuts)]
+    hashes, ids, _ = decode_scored(record, dtype)
+    return hashes, ids
 
 
 def pair_records(lines, tok, query_prefix: str, passage_prefix: str, dtype: str, stats: dict,
@@ -103,6 +161,7 @@ def pair_records(lines, tok, query_prefix: str, passage_prefix: str, dtype: str,
         ids = flat[at:at + len(row)]
         at += len(row)
         stats["max_negatives"] = max(stats.get("max_negatives", 0), len(pair["negatives"]))
+        stats["scored_records"] = stats.get("scored_records", 0) + ("scores" in pair)
         out.append((line, encode_record(pair, ids, dtype), ids))
     return out
 
@@ -111,7 +170,8 @@ class PairRows(shards.ShardReader):
     """The contrastive task's training rows of a prepared pair corpus (random access)."""
 
     def __init__(self, corpus: shards.PreparedCorpus, tokenizer, max_len: int,
-                 num_negatives: int = 0, split: str = "train", verify_checksums: bool = True):
+                 num_negatives: int = 0, split: str = "train", verify_checksums: bool = True,
+                 scores: bool = False):
         corpus.require_records("pairs", "the contrastive task")
         corpus.check_tokenizer(tokenizer)
         self.corpus, self.split, self.tok, self.max_len = corpus, split, tokenizer, max_len
@@ -124,7 +184,13 @@ class PairRows(shards.ShardReader):
         self.k = (num_negatives or most) if most else 0
         # a missing negative's slot holds the passage prefix alone (featurize encodes "")
         self.empty = tokenizer.encode(corpus.manifest.get("passage_prefix", ""))
+        self.scores = scores  # read_batch adds "scores" [B, 1 + k] (the distillation losses)
         self._readers: dict = {}
+
+    def unscored(self) -> int:
+        """Pairs of the corpus (both splits) prepared without teacher scores."""
+        total = sum(s.documents for split in self.corpus.shards.values() for s in split)
+        return total - int(self.corpus.manifest.get("scored_pairs", 0))
 
     def __len__(self) -> int:
         return self.n
@@ -137,7 +203,7 @@ class PairRows(shards.ShardReader):
             at = np.flatnonzero(shard_of == s)
             local = [int(order[j] - self.starts[s]) for j in at]
             for j, rec in zip(at, self._records(int(s), local)):
-                out[j] = decode_record(rec, self.corpus.dtype)
+                out[j] = decode_scored(rec, self.corpus.dtype)
         return out
 
     def read_batch(self, indices) -> dict:
@@ -145,20 +211,27 @@ class PairRows(shards.ShardReader):
         ex = self.tok.example_from_ids
         out = {}
         for side, j in (("a", 0), ("b", 1)):
-            feats = [ex(list(ids[j]), None, self.max_len) for _, ids in rows]
+            feats = [ex(list(ids[j]), None, self.max_len) for _, ids, _ in rows]
             out.update({f"{side}_{key}": np.stack([f[key] for f in feats]) for key in feats[0]})
-            out[f"{side}_text_id"] = np.asarray([h[j] for h, _ in rows], np.int32)
+            out[f"{side}_text_id"] = np.asarray([h[j] for h, _, _ in rows], np.int32)
         if self.k:
             n, k = len(rows), self.k
-            counts = [min(len(h) - 2, k) for h, _ in rows]
+            counts = [min(len(h) - 2, k) for h, _, _ in rows]
             texts = [[list(ids[2 + i]) if i < c else self.empty for i in range(k)]
-                     for (_, ids), c in zip(rows, counts)]
+                     for (_, ids, _), c in zip(rows, counts)]
             feats = [ex(t, None, self.max_len) for row in texts for t in row]
             for key in feats[0]:
                 out[f"n_{key}"] = np.stack([f[key] for f in feats]).reshape(n, k, -1)
             out["n_mask"] = np.asarray([[1 if i < c else 0 for i in range(k)] for c in counts],
                                        np.int32)
             out["n_text_id"] = np.asarray([[h[2 + i] if i < c else -1 for i in range(k)]
-                                           for (h, _), c in zip(rows, counts)], np.int32)
+                                           for (h, _, _), c in zip(rows, counts)], np.int32)
+            if self.scores:  # as the task's teacher_scores: 0 in a missing negative's slot
+                out["scores"] = np.zeros((n, 1 + k), np.float32)
+                for r, ((_, _, sc), c) in enumerate(zip(rows, counts)):
+                    if sc is None:
+                        raise ValueError(f"row {indices[r]} of {self.corpus.folder} has no "
+                                         "teacher scores")
+                    out["scores"][r, :1 + c] = sc[:1 + c]
         out["weight"] = np.ones(len(rows), np.float32)  # every row is real
         return out

@@ -42,7 +42,11 @@ def finetune_config() -> ml_collections.ConfigDict:
         temperature=0.05, learn_temperature=False, symmetric=False, query_prefix="",
         passage_prefix="", matryoshka_dims="",   # "384,128": the loss at each prefix
         cache_chunk=0,                           # > 0: GradCache chunks of that many rows
-        num_negatives=0, head="dense", colbert_dim=0, mask_duplicates=True))
+        num_negatives=0, head="dense", colbert_dim=0, mask_duplicates=True,
+        # in_batch | margin_mse | kl: the last two read a teacher score per passage
+        # (encoder/retrieval/distill.py), plus in_batch_weight x the in-batch loss
+        loss="in_batch", in_batch_weight=0.0, distill_temperature=1.0,
+        distill_normalize="none"))
     config.eval = ml_collections.ConfigDict(dict(
         max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))

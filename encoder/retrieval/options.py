@@ -19,9 +19,18 @@ class Options:
     head: str = "dense"
     colbert_dim: int = 0
     mask_duplicates: bool = True
+    # distillation from a teacher's scores (encoder/retrieval/distill.py)
+    loss: str = "in_batch"
+    in_batch_weight: float = 0.0
+    distill_temperature: float = 1.0
+    distill_normalize: str = "none"
 
 
 HEADS = ("dense", "colbert")
+# in_batch: the ranking loss over every passage of the batch (labels only); margin_mse and
+# kl read each row's teacher scores (distill.LOSSES), plus in_batch_weight x in_batch
+LOSSES = ("in_batch", "margin_mse", "kl")
+NORMALIZE = ("none", "minmax")
 
 
 def options(config) -> Options:
@@ -35,6 +44,9 @@ def options(config) -> Options:
         dims = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
     raw["matryoshka_dims"] = tuple(int(d) for d in dims)
     known = {f.name for f in dataclasses.fields(Options)}
+    for name in ("in_batch_weight", "distill_temperature"):  # an int override is a number
+        if isinstance(raw.get(name), int) and not isinstance(raw.get(name), bool):
+            raw[name] = float(raw[name])
     unknown = sorted(set(raw) - known)
     if unknown:
         raise ValueError(f"contrastive: unknown fields {unknown}; valid: {sorted(known)}")
@@ -43,6 +55,16 @@ def options(config) -> Options:
         raise ValueError(f"contrastive.head must be one of {HEADS}, got {opts.head!r}")
     if opts.head == "colbert" and opts.colbert_dim <= 0:
         raise ValueError("contrastive.head=colbert needs contrastive.colbert_dim > 0")
+    if opts.loss not in LOSSES:
+        raise ValueError(f"contrastive.loss must be one of {LOSSES}, got {opts.loss!r}")
+    if opts.distill_normalize not in NORMALIZE:
+        raise ValueError(f"contrastive.distill_normalize must be one of {NORMALIZE}, got "
+                         f"{opts.distill_normalize!r}")
+    if opts.distill_temperature <= 0:
+        raise ValueError("contrastive.distill_temperature must be positive, got "
+                         f"{opts.distill_temperature}")
+    if opts.in_batch_weight < 0:
+        raise ValueError(f"contrastive.in_batch_weight must be >= 0, got {opts.in_batch_weight}")
     if opts.temperature <= 0:
         raise ValueError(f"contrastive.temperature must be positive, got {opts.temperature}")
     for name in ("cache_chunk", "num_negatives"):

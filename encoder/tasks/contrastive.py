@@ -1,7 +1,10 @@
 """Sentence embeddings from positive pairs (and mined hard negatives): a retriever.
 
 Examples: {"text_a", "text_b"} positive pairs, optionally with "negatives": [texts]
-(what `python -m encoder mine` writes), from a JSONL file or, at any size, from
+(what `python -m encoder mine` writes), or scored rows {"query" (or "text_a"),
+"passages": [texts], "scores": [a teacher's score per passage]} (the first passage is
+the positive; `encoder mine --scores` writes them; "text_b" + "negatives" + "scores"
+with 1 + K scores reads the same), from a JSONL file or, at any size, from
 a prepared pair corpus (`python -m encoder prepare --records=pairs`, encoder/data/
 pairs.py) given as data.train_file. The loss is the in-batch softmax of
 each query over every positive and every negative of the global batch
@@ -20,6 +23,10 @@ options read from the config's `contrastive` block (encoder/finetune/config.py; 
                                          rows with fewer are masked)
   head "dense" | "colbert", colbert_dim  a ColBERT late-interaction head (MaxSim)
   mask_duplicates                        identical texts are no negatives of each other
+  loss "in_batch" | "margin_mse" | "kl"  labels only, or the teacher's scores
+                                         (encoder/retrieval/distill.py), plus
+  in_batch_weight                        x the in-batch loss beside a distillation loss
+  distill_temperature, distill_normalize kl's T (x T^2); none | minmax per row
 
 Without a `contrastive` block (experiments/finetune.py:task=contrastive) the defaults
 hold: fixed scale 20, dense head, no negatives. Scored by retrieving each text_b among
@@ -33,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.data import pairs, shards
-from encoder.retrieval import colbert as colbert_lib, losses, model as retrieval_model
+from encoder.retrieval import colbert as colbert_lib, distill, losses, model as retrieval_model
 from encoder.retrieval.options import SCALE, Options, options  # noqa: F401 (SCALE: tests)
 from encoder.tasks import files
 from encoder.tasks.base import Task, TaskDataError
@@ -51,7 +58,9 @@ class Contrastive(Task):
     name = "contrastive"
     primary_metric = "recall_at_1"
     model_cls = retrieval_model.Retriever
-    fields = (("text_a", "text_b"),)
+    # scored rows (query or text_a, passages, scores) or pairs; a line holding none of
+    # them is refused naming the last set's missing field
+    fields = (("query", "passages"), ("text_a", "passages"), ("text_a", "text_b"))
     metric_keys = ("recall_at_1", "mrr_at_10", "ndcg_at_10")
     default_metrics = ("recall_at_1",)
 
@@ -61,10 +70,16 @@ class Contrastive(Task):
 
     @classmethod
     def check_line(cls, example: dict, where: str) -> None:
+        """Checks a line and reads a scored row's passages as text_b (the first) and
+        negatives (the rest), its query as text_a, in place."""
         negs = example.get("negatives", [])
         if not isinstance(negs, list) or not all(isinstance(x, str) for x in negs):
             raise TaskDataError(f"{where}: 'negatives' must be a list of strings, got "
                                 f"{files.json_kind(negs)}")
+        why = pairs.read_row(example)  # the scored form, the scores: the prepared path's check
+        if why:
+            raise TaskDataError(f"{where}: {why}")
+        files.check_texts(example, where)
 
     def training_source(self, path):
         """A prepared pair corpus (a folder: encoder/data/pairs.py) as training rows, read
@@ -79,8 +94,17 @@ class Contrastive(Task):
                 f"{path} was prepared with query_prefix={baked[0]!r} passage_prefix="
                 f"{baked[1]!r}, but this run asks for {o.query_prefix!r} and "
                 f"{o.passage_prefix!r}: give the corpus's prefixes, or prepare it again")
-        return pairs.PairRows(corpus, self.tokenizer, self.config.data.max_seq_len,
-                              o.num_negatives)
+        rows = pairs.PairRows(corpus, self.tokenizer, self.config.data.max_seq_len,
+                              o.num_negatives, scores=o.loss != "in_batch")
+        if o.loss != "in_batch":
+            unscored = rows.unscored()
+            if unscored:
+                raise TaskDataError(
+                    f"{path}: contrastive.loss={o.loss} reads a teacher score per passage, "
+                    f"but {unscored} of its {len(rows)} training rows have none: prepare it "
+                    "from scored rows ({\"query\", \"passages\", \"scores\"}) or train "
+                    "with contrastive.loss=in_batch")
+        return rows
 
     # ------------------------------------------------------------- features
     def featurize(self, examples):
@@ -113,6 +137,9 @@ class Contrastive(Task):
             out["n_text_id"] = np.asarray([[text_id(t) if j < c else -1
                                             for j, t in enumerate(row)]
                                            for row, c in zip(texts, counts)], np.int32)
+        scores = teacher_scores(examples, k) if o.loss != "in_batch" else None
+        if scores is not None:
+            out["scores"] = scores
         return out, None
 
     # ---------------------------------------------------------------- model
@@ -162,7 +189,9 @@ class Contrastive(Task):
         return result
 
     def loss(self, out, batch):
-        """Matryoshka-summed in-batch ranking loss (dense), or the MaxSim one (ColBERT)."""
+        """Matryoshka-summed in-batch ranking loss (dense), or the MaxSim one (ColBERT); with
+        contrastive.loss margin_mse | kl, the distillation loss on the teacher's scores
+        (plus in_batch_weight x the ranking loss)."""
         o = options(self.config) if self is not None else Options()
         w = batch["weight"]
         if isinstance(out, tuple):  # (a, b) unit vectors as they are: one batch's plain MNRL
@@ -176,20 +205,47 @@ class Contrastive(Task):
         neg = out.get("n")
         n_mask = batch.get("n_mask")
 
+        distilled = o.loss != "in_batch"
+        ranking = 1.0 if not distilled else o.in_batch_weight
+
+        def combined(q, p, n, in_batch, pair_scores):
+            """ranking x the in-batch loss + the distillation loss on [B, 1 + K] scores."""
+            total = ranking * in_batch() if ranking else 0.0
+            if distilled:
+                total = total + self.distillation(q, p, n, batch, scale, pair_scores, o)
+            return total
+
         def at(q, p, n):
-            return losses.in_batch_loss(q, p, w, scale, n, n_mask, symmetric=o.symmetric,
-                                        **ids)
+            return combined(q, p, n, lambda: losses.in_batch_loss(
+                q, p, w, scale, n, n_mask, symmetric=o.symmetric, **ids),
+                distill.dense_pair_scores)
 
         if o.head == "colbert":
             tok = lambda s: (s["tokens"], s["mask"])  # noqa: E731
-            return losses.in_batch_loss(tok(out["a"]), tok(out["b"]), w, scale,
-                                        tok(neg) if neg is not None else None, n_mask,
-                                        symmetric=o.symmetric, score=colbert_lib.maxsim_scores,
-                                        **ids)
+            q, p = tok(out["a"]), tok(out["b"])
+            n = tok(neg) if neg is not None else None
+            return combined(q, p, n, lambda: losses.in_batch_loss(
+                q, p, w, scale, n, n_mask, symmetric=o.symmetric,
+                score=colbert_lib.maxsim_scores, **ids), distill.colbert_pair_scores)
         total, _ = losses.matryoshka_loss(at, out["a"]["pooled"], out["b"]["pooled"],
                                           None if neg is None else neg["pooled"],
                                           o.matryoshka_dims)
         return total
+
+    @staticmethod
+    def distillation(q, p, n, batch, scale, pair_scores, o: Options):
+        """The distillation loss of the student's [B, 1 + K] logits (scale x similarity of
+        each query with its positive and negatives) against batch["scores"]."""
+        if n is None or "scores" not in batch:
+            raise ValueError(f"contrastive.loss={o.loss} reads a teacher score per passage: "
+                             "the training rows need negatives and 'scores' ({\"query\", "
+                             "\"passages\", \"scores\"}); these have none")
+        # each query's passages as [B, 1 + K, ...]: the positive first, then its negatives
+        docs = jax.tree.map(lambda a, m: jnp.concatenate([a[:, None], m], 1), p, n)
+        student = scale * pair_scores(q, docs)                                 # [B, 1 + K]
+        mask = jnp.concatenate([jnp.ones_like(batch["n_mask"][:, :1]), batch["n_mask"]], 1)
+        return distill.distill_loss(o.loss, student, batch["scores"], mask, batch["weight"],
+                                    o.distill_temperature, o.distill_normalize)
 
     # ---------------------------------------------------------------- score
     def score(self, out, examples, arrays, meta):
@@ -225,12 +281,21 @@ def _unit(x):
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
-def _rank_metrics(sims, gold):
-    """recall@1, MRR@10, nDCG@10 with one relevant column per row (gold [N])."""
-    own = sims[np.arange(len(gold)), gold]
-    rank = np.sum(sims > own[:, None], axis=1)  # 0-based; ties resolved in the query's favour
-    in10 = rank < 10
-    return {"recall_at_1": float(np.mean(rank == 0)),
-            "mrr_at_10": float(np.mean(np.where(in10, 1.0 / (rank + 1), 0.0))),
-            "ndcg_at_10": float(np.mean(np.where(in10, 1.0 / np.log2(rank + 2), 0.0)))}, \
-        np.argmax(sims, axis=1)
+def teacher_scores(examples: list, k: int) -> np.ndarray | None:
+    """[N, 1 + k] float32: each row's scores (the positive's, then its first k negatives'),
+    0 in the slots of missing negatives (n_mask masks them); None when no row has scores
+    or a negative (a dev split of plain pairs: the loss refuses such a training batch).
+    Some rows scored and others not is refused, naming the first unscored row."""
+    have = [ex.get("scores") is not None for ex in examples]
+    if not any(have) or not k:
+        return None
+    if not all(have):
+        ex = examples[have.index(False)]
+        raise TaskDataError(f"{ex.get('_where', 'a row')}: no 'scores', while other rows of "
+                            f"the file have a teacher score per passage ({have.count(False)} "
+                            f"of {len(examples)} rows have none)")
+    out = np.zeros((len(examples), 1 + k), np.float32)
+    for i, ex in enumerate(examples):
+        s = ex["scores"][:1 + k]
+        out[i, :len(s)] = s
+    return out
