@@ -43,6 +43,8 @@ import re
 
 import numpy as np
 
+from encoder.data import formats
+
 ON_EXHAUSTED = ("repeat", "end")
 SOURCE_KEYS = ("files", "format", "text_field", "weight")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")   # a config attribute and a metric key
@@ -156,6 +158,10 @@ def _source(name, s, where: str) -> Source:
     for key in ("files", "format", "text_field"):
         if not isinstance(s.get(key, ""), str):
             raise ValueError(_where(where, f"{field}.{key}={s[key]!r}: expected a string"))
+    if s.get("format") and s["format"] not in formats.FORMAT_NAMES:
+        raise ValueError(_where(where, f"{field}.format={s['format']!r}: expected one of "
+                                       f"{', '.join(formats.FORMAT_NAMES)} (empty: each "
+                                       "file's own)"))
     return Source(name, s.get("files", ""), s.get("format", ""), s.get("text_field", ""),
                   float(weight))
 

@@ -204,6 +204,8 @@ def test_a_spec_is_parsed_with_its_defaults():
     (dict(sources={"9web": dict(weight=1.0)}), "'9web' is not a source name"),
     (dict(sources=dict(web=dict(weight=0.0), code=dict(weight=0.0))), "every weight is 0"),
     (dict(sources=dict(web=dict(files=3))), "data.sources.web.files=3: expected a string"),
+    (dict(sources=dict(web=dict(format="parket"))), "data.sources.web.format='parket': "
+                                                    "expected one of text, jsonl, parquet"),
     (dict(temperature=1.5), "data.temperature=1.5: expected a number in [0, 1]"),
     (dict(on_exhausted="loop"), "data.on_exhausted='loop': expected one of repeat, end"),
     (dict(train_files="corpus.txt"), "give data.train_files or data.sources, not both"),

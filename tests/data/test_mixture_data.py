@@ -216,3 +216,22 @@ def test_an_evaluation_reads_the_held_out_rows_the_run_evaluated_on(text_corpus,
         pipeline.held_out_rows(c.data, data.tokenizer)
     with pytest.raises(ValueError, match=r"^data.sources.\w+ \(.*not a prepared corpus"):
         pipeline.held_out_rows(c.data, data.tokenizer, workdir=str(tmp_path / "elsewhere"))
+
+
+def test_a_source_is_read_in_its_own_format_and_field(text_corpus, cache, tmp_path):
+    folder, _ = text_corpus
+    docs = [d for d in open(os.path.join(folder, "part1.txt"), encoding="utf-8").read()
+            .split("\n\n") if d.strip()][:200]
+    path = tmp_path / "code.jsonl"
+    with open(path, "w", encoding="utf-8") as f:
+        for i, d in enumerate(docs):
+            f.write(json.dumps({"id": i, "content": d, "url": f"https://x/{i}"}) + "\n")
+    c = data_cfg(text_corpus, cache)
+    c.data.sources.code = config_lib.mixture_source(str(path), 0.3, format="jsonl",
+                                                    text_field="content")
+    data = pipeline.open_pretraining_data(c.data, str(tmp_path / "wd"), 0)
+    code = data.train.rows[data.train.names.index("code")]
+    text = data.tokenizer.decode(code.read_batch(range(len(code)))["input_ids"][:, 1:]
+                                 .ravel().tolist())
+    assert "https://x/" not in text and '"content"' not in text  # the field, not the record
+    assert docs[0].split()[0] in text
