@@ -185,7 +185,8 @@ def _refuse(path: str, found: str, read_as: str, opts: Options, why: str = "") -
     why = f" ({why})" if why else ""
     return FormatError(f"{path} is {FORMAT_WORDS[found]}{why}, not {FORMAT_WORDS[read_as]}: "
                        f"give {opts.format_flag}={found}"
-                       + ("" if opts.stated else f" (or rename it to the extension of "
+                       + (f", or leave {opts.format_flag} empty to read each file in its own "
+                          "format" if opts.stated else f" (or rename it to the extension of "
                           f"{FORMAT_WORDS[found]})"))
 
 
@@ -234,6 +235,9 @@ def detect(path: str, opts: Options, stats: CorpusStats) -> Source | None:
         if head.lstrip().startswith(b"["):
             raise FormatError(f"{path} is one JSON array, not JSON lines: write one record a "
                               f"line (e.g. jq -c '.[]' FILE > FILE.jsonl)")
+        if head.lstrip().startswith(b"{"):
+            raise FormatError(f"{path} is one JSON document, not JSON lines (a record a "
+                              "line): convert it (jq -c), or leave it out of the input")
         raise _refuse(path, "text", "jsonl", opts, "its first lines are not JSON objects")
     return Source(path, fmt, compression)
 
@@ -501,6 +505,7 @@ def _column_docs(column, src: Source, stats: CorpusStats, where: str) -> Iterato
         if _kind_of_type(chunk.type) == "ids":
             offsets = chunk.offsets.to_numpy()
             values = chunk.values.to_numpy(zero_copy_only=False)
+            stats.bytes += values.nbytes
             valid = chunk.is_valid().to_numpy(zero_copy_only=False)
             for i in range(len(chunk)):
                 if not valid[i]:
@@ -512,10 +517,11 @@ def _column_docs(column, src: Source, stats: CorpusStats, where: str) -> Iterato
                 stats.documents += 1
                 yield ids
             continue
+        import pyarrow.compute as pc
+        stats.bytes += int(pc.sum(pc.binary_length(chunk)).as_py() or 0)
         for text in chunk.to_pylist():
             if text is None:
                 continue
-            stats.bytes += len(text)
             text = text.strip()
             if not text:
                 stats.empty_records += 1
@@ -742,6 +748,7 @@ def _read_mds(src: Source, start: int, end: int, opts: Options,
                 lengths[j] = int(size)
             at = 4 * len(variable) + sum(lengths[:col])
             stats.records += 1
+            stats.bytes += lengths[col]
             value = _mds_value(sample[at:at + lengths[col]], encoding, src.path, stats)
             doc = _mds_doc(value, src, stats, f"shard {k} sample {s}")
             if doc is not None:
@@ -750,7 +757,6 @@ def _read_mds(src: Source, start: int, end: int, opts: Options,
 
 def _mds_doc(value, src: Source, stats: CorpusStats, where: str) -> Doc | None:
     if isinstance(value, str) and not src.ids:
-        stats.bytes += len(value)
         value = value.strip()
         if not value:
             stats.empty_records += 1

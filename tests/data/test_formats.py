@@ -321,3 +321,20 @@ def test_a_run_on_token_ids_needs_the_tokenizer_that_made_them(tmp_path):
                                          "here would not be the one that made them; give "
                                          "--config.data.tokenizer=PATH"):
         pipeline._workdir_tokenizer(cfg, str(tmp_path / "wd"), 100, True, lambda n: None)
+
+
+def test_a_parquet_column_of_id_lists_is_read_as_token_ids(tmp_path):
+    rows = [[1, 2, 3], [7] * 9, [4, 5]]
+    pq.write_table(pa.table({"input_ids": pa.array(rows, pa.list_(pa.int32()))}),
+                   tmp_path / "ids.parquet")
+    units, _ = preparation.plan_units(str(tmp_path / "ids.parquet"),
+                                      preparation.Settings(format="tokens"))
+    assert all(p.ids for u in units for p in u)
+    got = [d.tolist() for u in units
+           for d in preparation.read_unit(u, preparation.Settings(format="tokens"),
+                                          corpus.CorpusStats(), vocab_size=8)]
+    assert got == rows
+    with pytest.raises(shards.CorpusError, match="token id 7 is not in the tokenizer's "
+                                                 "vocabulary of 7"):
+        [d for u in units for d in preparation.read_unit(
+            u, preparation.Settings(format="tokens"), corpus.CorpusStats(), vocab_size=7)]
