@@ -128,7 +128,8 @@ def _held_out(config, p, proto: dict):
     data_cfg = p.run_config.data.copy_and_resolve_references()  # where its split lies
     data_cfg.update(seq_len=proto["seq_len"], restart_positions=proto["restart_positions"])
     split = data_cfg.valid_files or data_cfg.train_files or "stdlib"
-    return pipeline.held_out_rows(data_cfg, p.tokenizer), {
+    source = sources.split_step(config.init_from)[0]  # a mixture's split: its cache there
+    return pipeline.held_out_rows(data_cfg, p.tokenizer, workdir=source), {
         "held_out": "the source run's validation split" if data_cfg.valid_files else
         f"the source run's held-out share ({data_cfg.valid_fraction:g}) of its corpus",
         "corpus": identity.corpus_identity(split)}

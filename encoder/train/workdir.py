@@ -252,7 +252,9 @@ def data_identity(config, previous: dict | None = None) -> dict:
     corpus by its manifest, files by name, size and content hash)."""
     flat = flatten(config.to_dict())
     previous = previous or {}
-    return {k: corpus.fingerprint(str(flat[k]), previous.get(k)) for k in DATA_FIELDS
+    fields = DATA_FIELDS + tuple(k for k in flat  # a mixture's sources: each one's files
+                                 if k.startswith("data.sources.") and k.endswith(".files"))
+    return {k: corpus.fingerprint(str(flat[k]), previous.get(k)) for k in fields
             if flat.get(k)}
 
 

@@ -31,3 +31,18 @@ def test_a_restarted_container_reusing_our_pid_does_not_lock_itself_out(tmp_path
     with workdir_lib.Lock(str(tmp_path)) as lock:
         assert lock.held
         assert json.loads((tmp_path / workdir_lib.LOCK).read_text())["started"] != "1"
+
+
+def test_a_mixture_source_whose_files_change_changes_the_run_identity(tmp_path):
+    """Each source of a mixture is named in the run's data identity by its files' content,
+    so a restart over edited source files is seen (not trained on as the same run)."""
+    from encoder import config as config_lib
+    from encoder.train import workdir as workdir_lib
+    web = tmp_path / "web.txt"
+    web.write_text("one document\n")
+    config = config_lib.base_config()
+    config.data.sources = {"web": config_lib.mixture_source(files=str(web))}
+    before = workdir_lib.data_identity(config)
+    assert "data.sources.web.files" in before
+    web.write_text("another document\n")
+    assert workdir_lib.data_identity(config) != before
