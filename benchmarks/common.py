@@ -22,7 +22,9 @@ flags.DEFINE_string("attention_impl", "auto", "auto | xla | cudnn | reference | 
 flags.DEFINE_string("remat", "none", "rematerialisation policy")
 flags.DEFINE_enum("scan_layers", "", ["", "auto", "true", "false"],
                   "override model.scan_layers")
-flags.DEFINE_enum("against", "", ["", "hf"], "reference implementation to compare with")
+flags.DEFINE_enum("against", "", ["", "hf", "torch", "torch_eager", "torch_compiled"],
+                  "reference implementation to compare with (torch: PyTorch eager and "
+                  "torch.compile rows; step mode only)")
 flags.DEFINE_integer("steps", 20, "timed steps", lower_bound=1)
 flags.DEFINE_integer("warmup", 3, "untimed steps after compilation", lower_bound=1)
 flags.DEFINE_string("phase", "", "compile: a phased recipe's phase to compile its step as "

@@ -1,7 +1,8 @@
 """`python -m encoder bench`: benchmarks that print JSON lines (one per implementation), never asserted in tests.
 
 Train step (default):
-    python -m encoder bench --size=mini --seq_len=128 --batch_size=32 [--objective=mlm] [--against=hf]
+    python -m encoder bench --size=mini --seq_len=128 --batch_size=32 [--objective=mlm]
+        [--against=hf|torch|torch_eager|torch_compiled]
 
   Times this codebase's jit-compiled train step and, with --against=hf,
   HuggingFace transformers' FlaxBertForMaskedLM at the identical configuration
@@ -16,6 +17,15 @@ Train step (default):
   layer 8D^2 + 4TD + 4DF, plus the vocabulary projection 2(DE + EV) for every
   position the implementation computes logits at (the masked slots for this
   codebase, all T positions for HF's model).
+
+  --against=torch adds HuggingFace's PyTorch model (BertForMaskedLM, or
+  ModernBertForMaskedLM for a ModernBERT config) at the same shapes, vocabulary,
+  masking rate and masked-slot loss, fused (GPU) / foreach (CPU) AdamW, bf16
+  autocast on a GPU, SDPA or flash attention: two rows, eager and torch.compile
+  (--against=torch_eager or torch_compiled for one). All sides are stepped in
+  turns of --interleave steps so they see the same load; every row has
+  tokens_per_s, mfu (one FLOP count for all), parameters (equal, asserted),
+  loss after the timed steps, peak_bytes and threads (benchmarks/torch_reference.py).
 
   With --config=experiments/NAME.py[:arg] the step runs that experiment's model and
   data layout (packed documents, restarted positions) instead of a --size preset.
@@ -83,4 +93,7 @@ FLAG_MODULES = sorted(m for m in sys.modules if m.startswith("benchmarks"))
 def main(argv):
     if len(argv) > 1:
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
+    if FLAGS.against.startswith("torch") and FLAGS.mode != "step":
+        raise errors.UsageError(f"--against={FLAGS.against} is a step benchmark's reference "
+                                f"(--mode=step); --mode={FLAGS.mode} compares with --against=hf")
     MODES[FLAGS.mode].run()
