@@ -1,6 +1,9 @@
 """What attention ran, not what was asked: each call says the path it is compiled to where it
 is dispatched, `attention_trace.traced()` counts them, and a benchmark row names it."""
 
+import ast
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,6 +13,7 @@ from benchmarks import device
 from encoder.aot import attention_trace
 from encoder.model import attention_backends, encoder
 from encoder.model.attention_pattern import AttentionPattern
+from helpers import ROOT
 
 B, T, H, K = 2, 128, 2, 16
 
@@ -90,3 +94,32 @@ def test_paths_are_counted_per_trace_not_per_step():
         fn(q)
         fn(q)
     assert dict(trace.paths) == {"xla": 1}
+
+
+EMPTY_CONTAINERS = {"list", "set", "dict", "Counter", "defaultdict", "deque"}
+
+
+def _starts_empty(value) -> bool:
+    """An empty list/set/dict literal or an argument-free container call: a module global
+    meant to be filled later."""
+    if isinstance(value, (ast.List, ast.Set)):
+        return not value.elts
+    if isinstance(value, ast.Dict):
+        return not value.keys
+    if isinstance(value, ast.Call) and not value.args and not value.keywords:
+        name = getattr(value.func, "attr", getattr(value.func, "id", ""))
+        return name in EMPTY_CONTAINERS
+    return False
+
+
+def test_the_model_keeps_no_record_of_its_traces():
+    """No module of encoder/model/ holds a module-level container that fills up while a step
+    is traced: what a trace said is kept by whoever listens (encoder/aot/attention_trace.py)."""
+    found = []
+    for folder, _, files in os.walk(os.path.join(ROOT, "encoder", "model")):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            for node in ast.parse(open(path).read()).body:
+                if isinstance(node, (ast.Assign, ast.AnnAssign)) and _starts_empty(node.value):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert not found, found
