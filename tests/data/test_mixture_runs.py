@@ -66,3 +66,35 @@ def test_a_phase_that_changes_the_mixture_reads_its_own_stream(text_corpus, tmp_
         assert header["phase"] == ("stable" if step <= 4 else "decay")
         drawn |= {(header["phase"], r["source"]) for r in step_rows}
     assert ("stable", "books") not in drawn and ("decay", "books") in drawn
+    # the realised mixture in every row, carried across the change, and in the result
+    t = [(r["data/web/tokens"], r["data/books/tokens"]) for r in rows]
+    assert all(b == 0 for _, b in t[:4]) and t[-1][1] > 0
+    assert all(w1 >= w0 for (w0, _), (w1, _) in zip(t, t[1:]))
+    seq, batch = c.data.seq_len, c.train.batch_size
+    assert sum(v for k, v in rows[-1].items() if k.endswith("/tokens")) == 7 * batch * seq
+    assert result["data/books/tokens"] == t[-1][1]
+
+
+def test_a_source_that_runs_dry_ends_its_phase_there(text_corpus, tmp_path):
+    """data.on_exhausted='end': the phase ends at the step before the batch that would need
+    a row past a source's last, with its final checkpoint; a restart does nothing more."""
+    c = mixture_config(text_corpus, str(tmp_path / "cache"), checkpoint_every=100)
+    small = tmp_path / "small.txt"
+    small.write_text("\n\n".join(f"A short document number {i} about a small source."
+                                   for i in range(300)) + "\n")
+    c.data.sources = dict(
+        web=config_lib.mixture_source(os.path.join(text_corpus[0], "part0.txt"), 0.5),
+        small=config_lib.mixture_source(str(small), 0.5))
+    c.data.on_exhausted = "end"
+    c.train.num_steps = 40
+    wd = str(tmp_path / "run")
+    result = pretrain.train(c, wd, devices=jax.devices()[:1])
+    assert 0 < result["step"] < 40
+    rows = [r for r in metrics_io.read_metrics(wd) if "train/loss" in r]
+    assert rows[-1]["step"] == result["step"] and rows[-1]["data/small/epochs"] <= 1.0
+    from encoder.checkpoints import store
+    mngr = store.manager(wd, create=False)
+    assert mngr.latest_step() == result["step"]
+    mngr.close()
+    again = pretrain.train(c, wd, devices=jax.devices()[:1])
+    assert again["step"] == result["step"]
