@@ -37,6 +37,15 @@ On a GPU, the whole accelerator benchmark in one call:
   (packed rows), with every attention backend that serves it (DEVICE_PLAN), one
   subprocess each: tokens/s, MFU and memory per row.
 
+Where the step's time goes (a jax.profiler trace reduced to a table on the machine):
+    python -m encoder bench --mode=profile --size=base --seq_len=128 --batch_size=256
+        [--dtype=bfloat16] [--steps=5] [--profile_dir=DIR]
+
+  Writes DIR/profile.json and DIR/profile.md: per category (attention kernels,
+  matrix products, optimizer, masking and MLM head, copies and transposes,
+  elementwise fusions, other, host gaps) the ms per step and share, and the
+  ops that took longest (benchmarks/profile_step.py).
+
 Input pipeline:
     python -m encoder bench --mode=pipeline [--seq_len=128]
 
@@ -79,10 +88,10 @@ from encoder.commands.one_line import one_line_errors
 # benchmarks/ sits beside encoder/ (outside the library, installed with it by pyproject's
 # packages.find): each benchmark declares its own flags
 from benchmarks import compile as compile_bench
-from benchmarks import device, pipeline, prepare, step
+from benchmarks import device, pipeline, prepare, profile_step, step
 
 MODES = {"step": step, "pipeline": pipeline, "prepare": prepare, "compile": compile_bench,
-         "device": device}
+         "device": device, "profile": profile_step}
 flags.DEFINE_enum("mode", "step", list(MODES), "what to benchmark (benchmarks/<mode>.py)")
 FLAGS = flags.FLAGS
 # --helpshort lists the benchmarks' own flags too (declared in benchmarks/, not here)
