@@ -124,6 +124,8 @@ def base_config() -> ml_collections.ConfigDict:
         text_field="text",             # the JSONL field / Parquet, Arrow or MDS column read
         max_skipped_share=0.01,        # the run refuses input more of which was skipped or
                                        # damaged (binary files, long lines, bad records, U+FFFD)
+        max_held_out_overlap=0.01,     # the run refuses held-out documents more of which are
+                                       # training documents (by content: encoder/data/overlap.py)
         sources={},                    # a mixture instead of train_files: name -> dict(files=,
                                        # format=, text_field=, weight=) (encoder/data/mixture.py)
         temperature=0.0,               # a mixture's shares: 0 the weights as given; tau in (0, 1]:

@@ -167,6 +167,7 @@ RANGES: dict[str, Range] = {
                                 why="1 holds every document out: nothing is left to train on"),
     "data.max_line_chars": POSITIVE,
     "data.max_skipped_share": SHARE,         # 0: nothing may be dropped; 1: accept anything
+    "data.max_held_out_overlap": SHARE,      # 0: no held-out row may be a training row
     "data.temperature": real(0.0, 1.0, why="beyond 1 large sources would be upsampled past "
                                            "their size"),   # 0: the weights as given
     "data.sources.*.weight": RATE,           # 0: the source is off (one must be > 0: mixture)

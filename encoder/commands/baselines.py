@@ -12,6 +12,8 @@ flags.DEFINE_enum("task", table.DEFAULT, table.having("baselines"),
                   "the task type (those with a baseline)")
 flags.DEFINE_string("train", None, "train file", required=True)
 flags.DEFINE_string("dev", None, "dev file", required=True)
+flags.DEFINE_float("max_held_out_overlap", 0.01, "the largest share of dev rows that may "
+                   "also be training rows (same text, whitespace aside); past it: refused")
 FLAGS = flags.FLAGS
 
 
@@ -19,4 +21,8 @@ FLAGS = flags.FLAGS
 def main(argv):
     if len(argv) > 1:
         raise errors.UsageError(f"unexpected arguments: {argv[1:]}")
-    print(json.dumps(baselines.run(FLAGS.task, FLAGS.train, FLAGS.dev), indent=1))
+    if not 0 <= FLAGS.max_held_out_overlap <= 1:
+        raise errors.UsageError(f"--max_held_out_overlap must be a share in [0, 1], got "
+                                f"{FLAGS.max_held_out_overlap}")
+    print(json.dumps(baselines.run(FLAGS.task, FLAGS.train, FLAGS.dev,
+                                   max_overlap=FLAGS.max_held_out_overlap), indent=1))

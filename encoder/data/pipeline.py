@@ -34,7 +34,8 @@ import grain
 import numpy as np
 from absl import logging
 
-from encoder.data import corpus, mixture, packing, preparation, shards, tokenizer as tokenizer_lib
+from encoder.data import corpus, mixture, overlap, packing, preparation, shards
+from encoder.data import tokenizer as tokenizer_lib
 from encoder.data.tokenizer import Tokenizer
 
 
@@ -291,6 +292,7 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
                                  tok_path, cache, primary, barrier)
     valid_c, valid_split = _valid_corpus(data_cfg, tok, train_c.tokenizer_path, cache, primary,
                                          barrier, (train_c, "valid"))
+    _check_held_out(data_cfg, [train_c], [(valid_c, valid_split)], cache, primary)
     train = _rows(train_c, "train", data_cfg, tok)
     if train is None:
         raise ValueError(f"{train_c.folder}: no training document "
@@ -304,6 +306,18 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
         record_stream(workdir, data_cfg, {"kind": "rows", "sources": [
             _recorded("train", train_c, train, 1.0)]})
     return PretrainingData(tok, train, valid, train_c.token_counts(), description)
+
+
+def _check_held_out(data_cfg, trained: list, held: list, cache: str, primary: bool) -> None:
+    """Held-out documents ((corpus, split) pairs) that are documents of the trained corpora'
+    train splits, by content (encoder/data/overlap.py): refused past its share, said below."""
+    held_name = (f"data.valid_files={data_cfg.valid_files}" if data_cfg.valid_files else
+                 "the held-out split of " + ", ".join(c.folder for c, _ in held))
+    train_name = (data_cfg.train_files or ("the mixture's sources" if len(trained) > 1 else
+                                           "the embedded corpus"))
+    overlap.check_prepared([(c, "train") for c in trained], held, held_name, train_name, cache,
+                           data_cfg.get("max_held_out_overlap", overlap.MAX_SHARE),
+                           "--config.data.max_held_out_overlap", quiet=not primary)
 
 
 def _valid_corpus(data_cfg, tok: Tokenizer, tok_path: str, cache: str, primary: bool,
@@ -438,12 +452,16 @@ def _open_mixture(spec: mixture.Spec, data_cfg, workdir: str, vocab_size: int, c
     except ValueError as e:
         sizes = ", ".join(f"{n}: {t:,} tokens" for n, t in zip(spec.names, tokens))
         raise ValueError(f"{e} ({sizes})") from None
+    drawn = [c for c in corpora if c is not None]
     if data_cfg.valid_files:
         valid_c, split = _valid_corpus(data_cfg, tok, tok_path, cache, primary, barrier, None)
+        _check_held_out(data_cfg, drawn, [(valid_c, split)], cache, primary)
         held = _rows(valid_c, split, data_cfg, tok)
         held_text = (f"{valid_c.documents(split):,} held-out documents ({valid_c.folder}, "
                      f"{split} split)" if held else "no held-out document")
     elif any(v is not None and len(v) for v in valid):
+        # every source's held-out documents against every source's training documents
+        _check_held_out(data_cfg, drawn, [(c, "valid") for c in drawn], cache, primary)
         held = mixture.Interleaved(spec.names, valid, probs)
         held_text = (f"{len(held):,} held-out rows of {', '.join(held.names)}, interleaved by "
                      "the mixture's shares")
@@ -559,6 +577,12 @@ def _pairs_in_memory(data_cfg, workdir, vocab_size, cache, pair_task, seed, prim
                          "keeps documents, not their lines. Use pack_mode='documents' with a "
                          "prepared corpus, or name the text files")
     train_docs, valid_docs, stats = corpus.load_corpus(data_cfg)
+    if valid_docs:
+        overlap.check_texts(valid_docs, train_docs, f"data.valid_files={data_cfg.valid_files}"
+                            if data_cfg.valid_files else "the held-out split",
+                            data_cfg.train_files or "the embedded corpus",
+                            data_cfg.get("max_held_out_overlap", overlap.MAX_SHARE),
+                            "--config.data.max_held_out_overlap", quiet=not primary)
     logging.info("corpus: %d train / %d valid documents (%s)", len(train_docs), len(valid_docs),
                  stats.summary())
     tok = tokenizer_lib.load(_workdir_tokenizer(data_cfg, workdir, vocab_size, primary, barrier))

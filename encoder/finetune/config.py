@@ -25,7 +25,8 @@ def finetune_config() -> ml_collections.ConfigDict:
         input_file="",                 # embed: one text per line
         max_seq_len=128, doc_stride=64, max_answer_tokens=30,
         tokenizer="",                  # fine-tuning from scratch (no init_from)
-        valid_files="", seq_len=128))  # evaluate: held-out text (default: the run's split)
+        valid_files="", seq_len=128,  # evaluate: held-out text (default: the run's split)
+        max_held_out_overlap=0.01))  # dev/test rows that are training rows: past it, refused
     # learning_rate 0, num_epochs 0, finetune.dropout -1: chosen by the model's size
     # (encoder/finetune/defaults.py); any value given here wins.
     config.train = ml_collections.ConfigDict(dict(

@@ -29,7 +29,7 @@ from absl import logging
 
 from encoder import ranges, registry
 from encoder.checkpoints import sources, store
-from encoder.data import pipeline, tokenizer as tokenizer_lib
+from encoder.data import overlap, pipeline, tokenizer as tokenizer_lib
 from encoder.eval import evaluators, inference
 from encoder.finetune import defaults, frozen, lora
 from encoder.tasks.base import LabelSet, Task, TaskDataError
@@ -163,11 +163,17 @@ def build(config, workdir: str, devices=None, mesh=None) -> FineTuning:
         rows = dict(splits["train"].arrays)
         rows["weight"] = np.ones(splits["train"].rows, np.float32)  # every row is real
         train_source = pipeline.Rows(rows)
-    for name in ("dev", "test"):
-        path = config.data[f"{name}_file"]
-        if path:
-            ex = task.read(path, name)
-            splits[name] = Split(ex, *task.featurize(ex))
+    held = {name: task.read(config.data[f"{name}_file"], name) for name in ("dev", "test")
+            if config.data[f"{name}_file"]}
+    if "train" in splits:  # held out by content, not only by path (encoder/data/overlap.py)
+        for line in task_files.refuse_training_rows(
+                splits["train"].examples, config.data.train_file,
+                {f"--config.data.{n}_file": (config.data[f"{n}_file"], ex)
+                 for n, ex in held.items()}, config.data.get("max_held_out_overlap", 0.01),
+                "--config.data.max_held_out_overlap"):
+            overlap.say(line, quiet=jax.process_index() != 0)
+    for name, ex in held.items():
+        splits[name] = Split(ex, *task.featurize(ex))
     bs = config.train.batch_size
     n_train = len(train_source)
     if n_train < bs:

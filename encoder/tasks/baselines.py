@@ -21,6 +21,7 @@ shared TF-IDF machinery is encoder/tasks/bow.py. The methods:
             first word. Regression, STS and retrieval have none (a constant has no
             correlation and no ranking).
 """
+from encoder.data import overlap
 from encoder.tasks.files import LabelSet, TaskDataError
 from encoder.tasks import files
 from encoder.tasks.table import TASKS, lookup
@@ -45,7 +46,8 @@ def score(task_type: str, examples: list, preds: list, tasks: dict = TASKS) -> d
     return tasks[task_type].score_predictions(examples, preds)
 
 
-def read(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> tuple[list, list]:
+def read(task: str, train_path: str, dev_path: str, tasks: dict = TASKS,
+         max_overlap: float = overlap.MAX_SHARE) -> tuple[list, list]:
     """(train, dev) examples, read and checked as fine-tuning reads them (Task.read: the line
     checks, one class, constant scores; a dev label the training file lacks), and a dev file
     with gold to score against: a baseline scores what a fine-tuning run would, no more."""
@@ -60,12 +62,16 @@ def read(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> tupl
         for ex in dev:
             for label in cls.labels_of(ex):
                 known.index(label, ex["_where"])
+    for line in files.refuse_training_rows(train, train_path, {"--dev": (dev_path, dev)},
+                                           max_overlap, "--max_held_out_overlap"):
+        overlap.say(line)
     return train, dev
 
 
-def run(task: str, train_path: str, dev_path: str, tasks: dict = TASKS) -> dict:
+def run(task: str, train_path: str, dev_path: str, tasks: dict = TASKS,
+        max_overlap: float = overlap.MAX_SHARE) -> dict:
     """{method: dev metrics} of every method with a predictor for this task type."""
     files.refuse_training_files_as_held_out(train_path, **{"--dev": dev_path})
-    train, dev = read(task, train_path, dev_path, tasks)
+    train, dev = read(task, train_path, dev_path, tasks, max_overlap)
     return {name: score(task, dev, table[task](train, [dev])[0], tasks)
             for name, table in methods(tasks).items() if task in table}

@@ -27,6 +27,8 @@ import os
 
 import numpy as np
 
+from encoder.data import overlap
+from encoder.tasks import files as task_files
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks import table
 from encoder.tasks.table import TASKS
@@ -314,6 +316,20 @@ class Prepared:
     record: dict = dataclasses.field(default_factory=dict)
 
 
+def held_out_overlap(task: SuiteTask, train: list, held: dict) -> list[str]:
+    """The task's dev/test rows against its whole training file, by content (files.py's
+    refuse_training_rows): refused past the share it tolerates, naming the task; below,
+    said and returned for data.json."""
+    try:
+        lines = task_files.refuse_training_rows(train, task.files["train"], held)
+    except tasks_lib.TaskDataError as e:
+        raise tasks_lib.TaskDataError(f"task {task.name}: {e}; or leave the task out "
+                                      "(--only=...)") from None
+    for line in lines:
+        overlap.say(f"task {task.name}: {line}")
+    return lines
+
+
 def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
             max_eval: int = 0, train_per_class: int = 0, check=None) -> Prepared:
     """Writes the task's splits under data_root/<task>/ and says which file each run reads.
@@ -344,11 +360,12 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
         write_jsonl(path, subset)
         for s in (seeds if seed is None else [seed]):
             train_files[s] = path
-    files = {}
+    files, held = {}, {}
     for split in ("dev", "test"):
         if split not in task.files:
             continue
         examples, skipped = read_split(task, split)
+        held[split] = (task.files[split], examples)
         record["skipped"][split] = skipped
         record["rows"][split] = len(examples)
         drawn_eval = subsample(examples, max_eval, 0)
@@ -358,6 +375,7 @@ def prepare(task: SuiteTask, data_root: str, seeds: list, max_train: int = 0,
                   files[split] if len(drawn_eval) < len(examples) else task.files[split])
         examples = drawn_eval
         write_jsonl(files[split], examples)
+    record["held_out_overlap"] = held_out_overlap(task, train, held)
     record["used"] = {"train_per_seed": max_train or train_per_class or None,
                       "train_per_class": train_per_class or None, "max_eval": max_eval or None}
     with open(os.path.join(out, "data.json"), "w") as f:

@@ -14,6 +14,8 @@ import json
 
 import numpy as np
 
+from encoder.data import overlap
+
 IGNORE = -100  # a position with no label (cross-entropy skips it)
 
 
@@ -213,9 +215,53 @@ def same_content(a: str, b: str) -> bool:
 
 
 def refuse_training_files_as_held_out(train: str, **held_out: str) -> None:
-    """Refuses a dev or test file that is the training file (by path or content)."""
+    """Refuses a dev or test file that is the training file (by path or content): the cheap
+    check, before anything is read; rows shared one by one are refuse_training_rows's."""
     for flag, path in held_out.items():
         if same_content(train, path):
             raise TaskDataError(f"{flag}={path} is the training file ({train}), by path or "
                                 "content: its scores would be training scores; give a "
                                 "held-out file")
+
+
+# What a model reads of a row, whatever its task type: its key for the overlap check
+# (labels, scores and ids left out: a dev row with a training row's text and another
+# label is still a row the model was trained on).
+INPUT_FIELDS = ("text", "text_a", "text_b", "question", "context", "tokens", "query",
+                "passages")
+
+
+def row_key(example: dict) -> bytes | None:
+    """A row's input fields, whitespace runs made one (encoder/data/overlap.py); None for a
+    row with none."""
+    parts = []
+    for name in INPUT_FIELDS:
+        if name in example:
+            value = example[name]
+            text = (" ".join(map(str, value)) if isinstance(value, list) and all(
+                isinstance(v, str) for v in value) else
+                value if isinstance(value, str) else json.dumps(value, sort_keys=True))
+            parts.append([name, overlap.normalise(text)])
+    return overlap.text_key(json.dumps(parts)) if parts else None
+
+
+def refuse_training_rows(train: list[dict], train_name: str, held_out: dict,
+                         max_share: float = overlap.MAX_SHARE, accept: str = "") -> list[str]:
+    """Each held-out split ({flag: (path, its rows)}) against the training rows by content:
+    past max_share shared it is refused in one line (the count, the share, the first
+    shared row's file:line, `accept`: the setting that takes more); below, the lines to
+    say are returned (empty: none shared). The training keys are hashed once."""
+    train_keys = {row_key(ex) for ex in train}
+    lines = []
+    for flag, (path, rows) in held_out.items():
+        keys = [row_key(ex) for ex in rows]
+        n, shared, first = overlap.measure(keys, iter(train_keys))
+        o = overlap.Overlap(f"{flag}={path}", train_name, n, shared,
+                            rows[first].get("_where", "") if first >= 0 else "")
+        try:
+            line = overlap.verdict(o, max_share, accept)
+        except overlap.HeldOutOverlap as e:
+            raise TaskDataError(str(e)) from None
+        if line:
+            lines.append(line)
+    return lines

@@ -25,8 +25,7 @@ import os
 
 from encoder import registry
 from encoder.tasks import baselines, bow
-from encoder.tasks import readers as tasks_lib
-from encoder.tasks.table import TASKS
+from encoder.tasks.table import TASKS, lookup
 from encoder.studies.suite import report
 from encoder.tasks import embedding
 
@@ -112,10 +111,13 @@ def write_run(out_dir: str, results: dict, predictions: list) -> None:
 
 
 def score_finetune_task(task, predict, train_path: str, eval_paths: dict, out_dir: str) -> None:
-    """Fits `predict` on train_path, scores every eval split (dev, test) into out_dir."""
-    train = tasks_lib.read_jsonl(train_path, task.type)
-    splits = {name: tasks_lib.read_jsonl(path, task.type) for name, path in eval_paths.items()
-              if path}
+    """Fits `predict` on train_path, scores every eval split (dev, test) into out_dir.
+
+    Read as fine-tuning reads them (the type's checks: a training file of one class is
+    refused as the model's run and `baselines` refuse it, not scored as 100)."""
+    cls = lookup(task.type)
+    train = cls.read(train_path, "train")
+    splits = {name: cls.read(path, name) for name, path in eval_paths.items() if path}
     results, lines = {}, []
     for (name, examples), preds in zip(splits.items(), predict(train, list(splits.values()))):
         results[name] = baselines.score(task.type, examples, preds)
