@@ -95,7 +95,7 @@ def _read_rate(path: str, label: str) -> dict:
     stats = corpus.CorpusStats()
     t0 = time.perf_counter()
     opts = formats.Options()
-    sources = formats.resolve(path, opts, stats)
+    sources = formats.sources_of(corpus.expand_paths(path), opts, stats)
     n = chars = 0
     for src in sources:
         for doc in formats.read(src, opts, stats):

@@ -13,7 +13,6 @@ documentation, the `pydoc_data` topics plus the docstrings of the
 standard-library modules (read with `ast`, without importing anything).
 """
 import ast
-import dataclasses
 import glob
 import hashlib
 import json
@@ -25,60 +24,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from encoder.data import shards
-
-BINARY_SNIFF_BYTES = 8192
-NAMED_SKIPS = 5  # skipped inputs named (not only counted), the first few
-
-
-@dataclasses.dataclass
-class CorpusStats:
-    files: int = 0
-    documents: int = 0
-    lines: int = 0
-    skipped_binary_files: int = 0
-    skipped_empty_files: int = 0
-    skipped_long_lines: int = 0
-    repaired_lines: int = 0  # had undecodable bytes, replaced with U+FFFD
-    bytes: int = 0           # input bytes looked at (decompressed; skipped files whole)
-    skipped_bytes: int = 0   # of which dropped: skipped files, long lines, bad records
-    repaired_bytes: int = 0  # of which damaged: the lines that had U+FFFD put in
-    records: int = 0         # JSONL lines / table rows / MDS samples read
-    skipped_records: int = 0  # no usable text in the field, not an object, not JSON
-    empty_records: int = 0   # an empty text: nothing to train on, nothing lost
-    damaged_files: int = 0   # a compressed stream or table that ended in an error
-    skipped: list = dataclasses.field(default_factory=list)  # the first few, by name
-
-    def skip(self, what: str) -> None:
-        if len(self.skipped) < NAMED_SKIPS:
-            self.skipped.append(what)
-
-    def summary(self) -> str:
-        return summarize(dataclasses.asdict(self))
-
-
-def summarize(stats: dict) -> str:
-    """key=value counts, then the first skipped inputs by name."""
-    text = ", ".join(f"{k}={v}" for k, v in stats.items() if k != "skipped")
-    if stats.get("skipped"):
-        text += "; skipped: " + "; ".join(stats["skipped"])
-    repaired, lines = stats.get("repaired_lines", 0), stats.get("lines", 0)
-    if repaired and repaired * 10 >= max(lines, 1):  # a stray byte is repaired; not a file
-        text += (f"; WARNING: {repaired} of {lines} lines were not UTF-8 (their bytes became "
-                 "U+FFFD): the text is likely in another encoding; convert it to UTF-8 "
-                 "(e.g. iconv -f latin1 -t utf-8 FILE) and prepare again")
-    return text
-
-
-def add_stats(total: dict, part: dict) -> dict:
-    """Sums two stats dicts (the counts add, the named skips concatenate, capped)."""
-    for k, v in part.items():
-        if k == "skipped":
-            total[k] = (total.get(k, []) + list(v))[:NAMED_SKIPS]
-        else:
-            total[k] = total.get(k, 0) + v
-    return total
-
+from encoder.data import formats, shards
+# the readers' tally lives with the readers (formats.py); named here as before
+from encoder.data.formats import CorpusStats, add_stats, summarize  # noqa: F401
 
 # ------------------------------------------------------------------ what was skipped, said
 
@@ -186,120 +134,6 @@ def expand_paths(spec: str | Iterable[str]) -> list[str]:
     return sorted(set(files))
 
 
-def _is_binary(path: str) -> bool:
-    with open(path, "rb") as f:
-        return b"\x00" in f.read(BINARY_SNIFF_BYTES)
-
-
-def _binary_reason(path: str) -> str:
-    with open(path, "rb") as f:
-        head = f.read(4)
-    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        return f"{path} (UTF-16 text: convert it to UTF-8)"
-    return f"{path} (binary: NUL bytes)"
-
-
-def raw_lines(f, end: float, max_bytes: int, pos: int = 0
-              ) -> Iterator[tuple[bytes | None, int, int]]:
-    """(line, its length, where it starts) of a binary stream from `pos` up to byte `end`;
-    the line is None when it is over max_bytes.
-
-    A too-long line is consumed in bounded pieces, never held whole in memory.
-    """
-    while pos < end:
-        raw = f.readline(max_bytes + 1)
-        if not raw:
-            return
-        start, n = pos, len(raw)
-        if n > max_bytes and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
-                raw = f.readline(1 << 20)
-                n += len(raw)
-            pos += n
-            yield None, n, start
-        else:
-            pos += n
-            yield raw, n, start
-
-
-def decode(raw: bytes, stats: CorpusStats) -> str:
-    """UTF-8, its bad bytes replaced with U+FFFD and the line counted as repaired."""
-    try:
-        line = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        line = raw.decode("utf-8", errors="replace")
-        stats.repaired_lines += 1
-        stats.repaired_bytes += len(raw)
-    return line.rstrip("\r\n")
-
-
-def read_range(path: str, start: int, end: int, one_doc_per_line: bool = False,
-               max_line_chars: int = 100_000,
-               stats: CorpusStats | None = None) -> Iterator[str]:
-    """Documents of bytes [start, end) of one text file.
-
-    start and end must be document starts (or 0 and the file size): then the
-    documents of consecutive ranges are exactly those of the whole file
-    (prepare.py snaps its cut points so).
-    """
-    stats = stats if stats is not None else CorpusStats()
-    with open(path, "rb") as f:
-        f.seek(start)
-        yield from line_documents(raw_lines(f, end, 4 * max_line_chars + 2, start), path,
-                                  one_doc_per_line, max_line_chars, stats)
-
-
-def line_documents(lines: Iterable[tuple[bytes | None, int, int]], path: str,
-                   one_doc_per_line: bool, max_line_chars: int,
-                   stats: CorpusStats) -> Iterator[str]:
-    """Documents of raw_lines' lines: blank-line blocks, or one a line."""
-    block: list[str] = []
-    for raw, n, at in lines:
-        stats.bytes += n
-        line = None if raw is None else decode(raw, stats)
-        if line is None or len(line) > max_line_chars:
-            stats.skipped_long_lines += 1
-            stats.skipped_bytes += n
-            stats.skip(f"{path}: a line over max_line_chars={max_line_chars} "
-                       f"(at byte {at}, {n:,} bytes)")
-            continue
-        stats.lines += 1
-        if one_doc_per_line:
-            if line.strip():
-                stats.documents += 1
-                yield line.strip()
-        elif line.strip():
-            block.append(line.strip())
-        elif block:
-            stats.documents += 1
-            yield "\n".join(block)
-            block = []
-    if block:
-        stats.documents += 1
-        yield "\n".join(block)
-
-
-def usable(path: str, stats: CorpusStats) -> bool:
-    """False (and counted) for empty and binary files."""
-    if os.path.getsize(path) == 0:
-        stats.skipped_empty_files += 1
-        stats.skip(f"{path} (empty)")
-        return False
-    if _is_binary(path):
-        skip_binary(path, _binary_reason(path), stats)
-        return False
-    return True
-
-
-def skip_binary(path: str, reason: str, stats: CorpusStats) -> None:
-    """A binary file skipped whole: counted with its bytes, named."""
-    size = os.path.getsize(path)
-    stats.skipped_binary_files += 1
-    stats.bytes += size
-    stats.skipped_bytes += size
-    stats.skip(reason)
-
-
 def read_documents(paths: Iterable[str], one_doc_per_line: bool = False,
                    max_line_chars: int = 100_000,
                    stats: CorpusStats | None = None, fmt: str = "",
@@ -307,7 +141,6 @@ def read_documents(paths: Iterable[str], one_doc_per_line: bool = False,
     """Yields documents from files of any format (formats.py; fmt "" detects each file's),
     counting what it skips or repairs. Pre-tokenized sources are refused here: they are
     read by a prepare, which checks them against a tokenizer."""
-    from encoder.data import formats  # formats reads through this module: imported late
     stats = stats if stats is not None else CorpusStats()
     opts = formats.Options(one_doc_per_line, max_line_chars, text_field, fmt)
     for src in formats.sources_of(list(paths), opts, stats):

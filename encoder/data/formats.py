@@ -10,7 +10,7 @@ A reader cuts its source into blocks that read independently (the units of a pre
 byte ranges cut at document starts, Parquet row groups, Arrow record batches, MDS shards,
 rows of ids; a compressed stream is one block) and streams a block's documents, str or an
 int array of token ids, never holding a whole file, counting what it reads and skips in
-corpus.CorpusStats.
+CorpusStats (below; corpus.py names it too).
 
 The format comes from the content's own marks (Parquet and Arrow magic, the .npy header,
 an MDS index.json, a datasets state.json), else the extension, else a sniff of the first
@@ -25,12 +25,11 @@ import io
 import json
 import lzma
 import os
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from encoder.data import corpus, shards
-from encoder.data.corpus import CorpusStats
+from encoder.data import shards
 
 FORMAT_NAMES = ("text", "jsonl", "parquet", "arrow", "mds", "tokens")
 HEAD_BYTES = 1 << 16        # what detection reads of a file (decompressed, if compressed)
@@ -79,6 +78,177 @@ class Source:
     format: str             # a key of READERS
     compression: str = ""   # a key of COMPRESSIONS (text and jsonl)
     ids: bool = False       # its documents are token ids, not text
+
+
+# ------------------------------------------------------------------ the readers' tally
+
+BINARY_SNIFF_BYTES = 8192
+NAMED_SKIPS = 5  # skipped inputs named (not only counted), the first few
+
+
+@dataclasses.dataclass
+class CorpusStats:
+    files: int = 0
+    documents: int = 0
+    lines: int = 0
+    skipped_binary_files: int = 0
+    skipped_empty_files: int = 0
+    skipped_long_lines: int = 0
+    repaired_lines: int = 0  # had undecodable bytes, replaced with U+FFFD
+    bytes: int = 0           # input bytes looked at (decompressed; skipped files whole)
+    skipped_bytes: int = 0   # of which dropped: skipped files, long lines, bad records
+    repaired_bytes: int = 0  # of which damaged: the lines that had U+FFFD put in
+    records: int = 0         # JSONL lines / table rows / MDS samples read
+    skipped_records: int = 0  # no usable text in the field, not an object, not JSON
+    empty_records: int = 0   # an empty text: nothing to train on, nothing lost
+    damaged_files: int = 0   # a compressed stream or table that ended in an error
+    skipped: list = dataclasses.field(default_factory=list)  # the first few, by name
+
+    def skip(self, what: str) -> None:
+        if len(self.skipped) < NAMED_SKIPS:
+            self.skipped.append(what)
+
+    def summary(self) -> str:
+        return summarize(dataclasses.asdict(self))
+
+
+def summarize(stats: dict) -> str:
+    """key=value counts, then the first skipped inputs by name."""
+    text = ", ".join(f"{k}={v}" for k, v in stats.items() if k != "skipped")
+    if stats.get("skipped"):
+        text += "; skipped: " + "; ".join(stats["skipped"])
+    repaired, lines = stats.get("repaired_lines", 0), stats.get("lines", 0)
+    if repaired and repaired * 10 >= max(lines, 1):  # a stray byte is repaired; not a file
+        text += (f"; WARNING: {repaired} of {lines} lines were not UTF-8 (their bytes became "
+                 "U+FFFD): the text is likely in another encoding; convert it to UTF-8 "
+                 "(e.g. iconv -f latin1 -t utf-8 FILE) and prepare again")
+    return text
+
+
+def add_stats(total: dict, part: dict) -> dict:
+    """Sums two stats dicts (the counts add, the named skips concatenate, capped)."""
+    for k, v in part.items():
+        if k == "skipped":
+            total[k] = (total.get(k, []) + list(v))[:NAMED_SKIPS]
+        else:
+            total[k] = total.get(k, 0) + v
+    return total
+
+
+# ------------------------------------------------------------------ plain text lines
+
+def _is_binary(path: str) -> bool:
+    with open(path, "rb") as f:
+        return b"\x00" in f.read(BINARY_SNIFF_BYTES)
+
+
+def _binary_reason(path: str) -> str:
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return f"{path} (UTF-16 text: convert it to UTF-8)"
+    return f"{path} (binary: NUL bytes)"
+
+
+def raw_lines(f, end: float, max_bytes: int, pos: int = 0
+              ) -> Iterator[tuple[bytes | None, int, int]]:
+    """(line, its length, where it starts) of a binary stream from `pos` up to byte `end`;
+    the line is None when it is over max_bytes.
+
+    A too-long line is consumed in bounded pieces, never held whole in memory.
+    """
+    while pos < end:
+        raw = f.readline(max_bytes + 1)
+        if not raw:
+            return
+        start, n = pos, len(raw)
+        if n > max_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = f.readline(1 << 20)
+                n += len(raw)
+            pos += n
+            yield None, n, start
+        else:
+            pos += n
+            yield raw, n, start
+
+
+def decode(raw: bytes, stats: CorpusStats) -> str:
+    """UTF-8, its bad bytes replaced with U+FFFD and the line counted as repaired."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        line = raw.decode("utf-8", errors="replace")
+        stats.repaired_lines += 1
+        stats.repaired_bytes += len(raw)
+    return line.rstrip("\r\n")
+
+
+def read_range(path: str, start: int, end: int, one_doc_per_line: bool = False,
+               max_line_chars: int = 100_000,
+               stats: CorpusStats | None = None) -> Iterator[str]:
+    """Documents of bytes [start, end) of one text file.
+
+    start and end must be document starts (or 0 and the file size): then the
+    documents of consecutive ranges are exactly those of the whole file
+    (prepare.py snaps its cut points so).
+    """
+    stats = stats if stats is not None else CorpusStats()
+    with open(path, "rb") as f:
+        f.seek(start)
+        yield from line_documents(raw_lines(f, end, 4 * max_line_chars + 2, start), path,
+                                  one_doc_per_line, max_line_chars, stats)
+
+
+def line_documents(lines: Iterable[tuple[bytes | None, int, int]], path: str,
+                   one_doc_per_line: bool, max_line_chars: int,
+                   stats: CorpusStats) -> Iterator[str]:
+    """Documents of raw_lines' lines: blank-line blocks, or one a line."""
+    block: list[str] = []
+    for raw, n, at in lines:
+        stats.bytes += n
+        line = None if raw is None else decode(raw, stats)
+        if line is None or len(line) > max_line_chars:
+            stats.skipped_long_lines += 1
+            stats.skipped_bytes += n
+            stats.skip(f"{path}: a line over max_line_chars={max_line_chars} "
+                       f"(at byte {at}, {n:,} bytes)")
+            continue
+        stats.lines += 1
+        if one_doc_per_line:
+            if line.strip():
+                stats.documents += 1
+                yield line.strip()
+        elif line.strip():
+            block.append(line.strip())
+        elif block:
+            stats.documents += 1
+            yield "\n".join(block)
+            block = []
+    if block:
+        stats.documents += 1
+        yield "\n".join(block)
+
+
+def usable(path: str, stats: CorpusStats) -> bool:
+    """False (and counted) for empty and binary files."""
+    if os.path.getsize(path) == 0:
+        stats.skipped_empty_files += 1
+        stats.skip(f"{path} (empty)")
+        return False
+    if _is_binary(path):
+        skip_binary(path, _binary_reason(path), stats)
+        return False
+    return True
+
+
+def skip_binary(path: str, reason: str, stats: CorpusStats) -> None:
+    """A binary file skipped whole: counted with its bytes, named."""
+    size = os.path.getsize(path)
+    stats.skipped_binary_files += 1
+    stats.bytes += size
+    stats.skipped_bytes += size
+    stats.skip(reason)
 
 
 # ------------------------------------------------------------------ compression
@@ -216,12 +386,12 @@ def detect(path: str, opts: Options, stats: CorpusStats) -> Source | None:
         head = _head(path, compression)
     except STREAM_ERRORS as e:
         stats.damaged_files += 1
-        corpus.skip_binary(path, f"{path} ({compression} stream damaged: {e})", stats)
+        skip_binary(path, f"{path} ({compression} stream damaged: {e})", stats)
         return None
-    if b"\x00" in head[:corpus.BINARY_SNIFF_BYTES]:
+    if b"\x00" in head[:BINARY_SNIFF_BYTES]:
         reason = "UTF-16 text: convert it to UTF-8" if head[:2] in (b"\xff\xfe", b"\xfe\xff") \
             else "binary: NUL bytes"
-        corpus.skip_binary(path, f"{path} ({compression + ', ' if compression else ''}"
+        skip_binary(path, f"{path} ({compression + ', ' if compression else ''}"
                            f"{reason})", stats)
         return None
     looks_json = json_lines(head, whole=len(head) < HEAD_BYTES)
@@ -320,11 +490,6 @@ def sources_of(files: list[str], opts: Options, stats: CorpusStats) -> list[Sour
     return sorted(found, key=lambda s: s.path)
 
 
-def resolve(spec: str, opts: Options, stats: CorpusStats) -> list[Source]:
-    """The sources of a data spec (comma-separated files, folders, globs)."""
-    return sources_of(corpus.expand_paths(spec), opts, stats)
-
-
 # ------------------------------------------------------------------ the readers
 # Every reader has: blocks(src, opts) -> [(start, end, bytes)] that read independently
 # (lines readers instead cut byte ranges at document starts: `cut`), read(src, start, end,
@@ -394,12 +559,12 @@ def _whole_file(src: Source, opts: Options) -> list[tuple[int, int, int]]:
 def _read_text(src: Source, start: int, end: int, opts: Options,
                stats: CorpusStats) -> Iterator[str]:
     if not src.compression:
-        yield from corpus.read_range(src.path, start, end, opts.one_doc_per_line,
+        yield from read_range(src.path, start, end, opts.one_doc_per_line,
                                      opts.max_line_chars, stats)
         return
     with _Stream(src.path, src.compression) as s:
-        yield from _guarded(src, stats, corpus.line_documents(
-            corpus.raw_lines(s.f, float("inf"), _line_bound(src, opts)), src.path,
+        yield from _guarded(src, stats, line_documents(
+            raw_lines(s.f, float("inf"), _line_bound(src, opts)), src.path,
             opts.one_doc_per_line, opts.max_line_chars, stats))
 
 
@@ -428,10 +593,10 @@ def _read_jsonl(src: Source, start: int, end: int, opts: Options,
                 stats: CorpusStats) -> Iterator[str]:
     with _Stream(src.path, src.compression) as s:
         if src.compression:
-            lines = corpus.raw_lines(s.f, float("inf"), _line_bound(src, opts))
+            lines = raw_lines(s.f, float("inf"), _line_bound(src, opts))
         else:
             s.f.seek(start)
-            lines = corpus.raw_lines(s.f, end, _line_bound(src, opts), start)
+            lines = raw_lines(s.f, end, _line_bound(src, opts), start)
         yield from _jsonl_docs(src, lines, opts, stats)
 
 
@@ -446,7 +611,7 @@ def _jsonl_docs(src: Source, lines, opts: Options, stats: CorpusStats) -> Iterat
             stats.skip(f"{src.path}: a JSON line over {JSONL_LINE_FACTOR} x max_line_chars"
                        f" (at byte {at}, {n:,} bytes)")
             continue
-        line = corpus.decode(raw, stats)
+        line = decode(raw, stats)
         stats.lines += 1
         if not line.strip():
             continue
@@ -721,7 +886,7 @@ def _ndarray(data: memoryview, encoding: str) -> np.ndarray:
 def _mds_value(data: memoryview, encoding: str, folder: str, stats: CorpusStats):
     base = encoding.split(":")[0]
     if base == "str":
-        return corpus.decode(bytes(data), stats)
+        return decode(bytes(data), stats)
     if base == "json":
         return json.loads(bytes(data).decode("utf-8"))
     if base == "ndarray":
@@ -862,9 +1027,9 @@ def stream_positions(src: Source, opts: Options) -> Iterator[tuple[int, Doc]]:
             read_to[0] = at + n
             yield raw, n, at
     with _Stream(src.path, src.compression) as s:
-        lines = tracked(corpus.raw_lines(s.f, float("inf"), _line_bound(src, opts)))
+        lines = tracked(raw_lines(s.f, float("inf"), _line_bound(src, opts)))
         docs = _jsonl_docs(src, lines, opts, stats) if src.format == "jsonl" else \
-            _guarded(src, stats, corpus.line_documents(lines, src.path, opts.one_doc_per_line,
+            _guarded(src, stats, line_documents(lines, src.path, opts.one_doc_per_line,
                                                        opts.max_line_chars, stats))
         for doc in docs:
             yield read_to[0], doc

@@ -137,7 +137,7 @@ def plan_units(spec: str, s: Settings, flag: str = "--input"
         stats.files = 1
         return units, stats
     opts = read_options(s, flag)
-    for src in formats.resolve(spec, opts, stats):
+    for src in formats.sources_of(corpus.expand_paths(spec), opts, stats):
         stats.files += 1
         if not formats.splittable(src):  # blocks: row groups, batches, shards, a whole stream
             for start, end, nbytes in formats.READERS[src.format].blocks(src, opts):
