@@ -338,3 +338,20 @@ def test_a_parquet_column_of_id_lists_is_read_as_token_ids(tmp_path):
                                                  "vocabulary of 7"):
         [d for u in units for d in preparation.read_unit(
             u, preparation.Settings(format="tokens"), corpus.CorpusStats(), vocab_size=7)]
+
+
+def test_a_run_prepares_raw_parquet_and_jsonl_into_its_cache(tmp_path, docs, text_corpus,
+                                                             capsys):
+    from encoder import config as config_lib
+    _, tok_path = text_corpus
+    pq.write_table(pa.table({"body": docs[:200]}), tmp_path / "a.parquet", row_group_size=50)
+    (tmp_path / "b.jsonl").write_bytes(_jsonl_bytes(docs[200:], field="body"))
+    data = config_lib.base_config().data
+    data.update(train_files=f"{tmp_path / 'a.parquet'},{tmp_path / 'b.jsonl'}",
+                tokenizer=tok_path, text_field="body", seq_len=64)
+    got = pipeline.open_pretraining_data(data, str(tmp_path / "wd"), 0)
+    m = got.train.corpus.manifest
+    assert m["source_formats"] == {"jsonl": 1, "parquet": 1} and m["text_field"] == "body"
+    assert m["splits"]["train"]["documents"] + m["splits"]["valid"]["documents"] == len(docs)
+    assert len(got.train) > 0 and got.valid is not None
+    assert "input: read 1 jsonl, 1 parquet sources (field 'body')" in capsys.readouterr().out
