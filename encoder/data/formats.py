@@ -253,10 +253,41 @@ def skip_binary(path: str, reason: str, stats: CorpusStats) -> None:
 
 # ------------------------------------------------------------------ compression
 
+class _ZstdFrames(io.RawIOBase):
+    """zstd frames one after another, decompressed; input that ends inside a frame is an
+    error (zstandard's stream_reader would end there in silence)."""
+
+    def __init__(self, raw):
+        import zstandard
+        self.raw, self.new = raw, zstandard.ZstdDecompressor().decompressobj
+        self.d, self.pending, self.in_frame = self.new(), b"", False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buf) -> int:
+        while not self.pending:
+            chunk = self.raw.read(1 << 17)
+            if not chunk:
+                if self.in_frame:
+                    raise ZstdError("the file ends inside a zstd frame (truncated)")
+                return 0
+            out = [self.d.decompress(chunk)]
+            self.in_frame = True
+            while self.d.eof:  # a frame ended: the rest of the chunk starts the next
+                rest, self.d = self.d.unused_data, self.new()
+                self.in_frame = bool(rest)
+                if not rest:
+                    break
+                out.append(self.d.decompress(rest))
+            self.pending = b"".join(out)
+        n = min(len(buf), len(self.pending))
+        buf[:n], self.pending = self.pending[:n], self.pending[n:]
+        return n
+
+
 def _zstd_open(raw):
-    import zstandard
-    return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw,
-                                                                       read_across_frames=True))
+    return io.BufferedReader(_ZstdFrames(raw))
 
 
 # name -> (content magic, file suffixes, opener of a decompressing stream over a raw file)
@@ -266,8 +297,12 @@ COMPRESSIONS: dict[str, tuple[bytes, tuple[str, ...], Callable]] = {
     "bz2": (b"BZh", (".bz2",), lambda raw: bz2.BZ2File(raw)),
     "xz": (b"\xfd7zXZ\x00", (".xz",), lambda raw: lzma.LZMAFile(raw)),
 }
+try:
+    from zstandard import ZstdError
+except ImportError:  # zstandard absent: no zstd stream is ever opened
+    ZstdError = OSError
 # what a decompressing stream raises on a damaged file
-STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, ValueError)
+STREAM_ERRORS = (EOFError, OSError, lzma.LZMAError, ZstdError)
 
 
 def compression_of(head: bytes) -> str:

@@ -355,3 +355,15 @@ def test_a_run_prepares_raw_parquet_and_jsonl_into_its_cache(tmp_path, docs, tex
     assert m["splits"]["train"]["documents"] + m["splits"]["valid"]["documents"] == len(docs)
     assert len(got.train) > 0 and got.valid is not None
     assert "input: read 1 jsonl, 1 parquet sources (field 'body')" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("suffix", [".gz", ".zst", ".xz"])
+def test_a_truncated_stream_is_read_up_to_its_damage_and_counted(tmp_path, docs, suffix):
+    whole = COMPRESSORS[suffix](("\n\n".join(docs) + "\n").encode())
+    (tmp_path / f"cut.txt{suffix}").write_bytes(whole[:len(whole) // 2])
+    stats = corpus.CorpusStats()
+    got = _read(str(tmp_path / f"cut.txt{suffix}"), stats=stats)
+    assert 0 < len(got) < len(docs) and got[:-1] == docs[:len(got) - 1]
+    assert stats.damaged_files == 1 and "read error, the rest skipped" in stats.skipped[0]
+    assert any("ended in a read error" in line
+               for line in corpus.skip_report(dataclasses.asdict(stats)))
