@@ -111,14 +111,10 @@ def read_options(s: Settings, flag: str = "--input") -> formats.Options:
 
 # ---------------------------------------------------------------- planning
 
-def _next_doc_start(f, offset: int, limit: int, s: Settings) -> int | None:
-    """The first document start at or after offset (None if none before limit)."""
-    return formats.next_doc_start(f, offset, limit, s.one_doc_per_line, s.max_line_chars)
-
-
 def plan_units(spec: str, s: Settings, flag: str = "--input"
                ) -> tuple[list[tuple[Piece, ...]], corpus.CorpusStats]:
-    """Cuts the input into units of about s.shard_mb MB, each cut at a document start.
+    """Cuts the input into units of about s.shard_mb MB, each cut at a document start of a
+    lines file or between the blocks of the other formats (formats.py).
 
     flag: how the caller's user named `spec` (errors say it)."""
     budget = max(1, int(s.shard_mb * 2**20))
