@@ -260,13 +260,14 @@ class _ZstdFrames(io.RawIOBase):
     def __init__(self, raw):
         import zstandard
         self.raw, self.new = raw, zstandard.ZstdDecompressor().decompressobj
-        self.d, self.pending, self.in_frame = self.new(), b"", False
+        self.d, self.in_frame = self.new(), False
+        self.pending, self.at = memoryview(b""), 0  # output not yet read, from `at`
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buf) -> int:
-        while not self.pending:
+        while self.at == len(self.pending):
             chunk = self.raw.read(1 << 17)
             if not chunk:
                 if self.in_frame:
@@ -280,14 +281,15 @@ class _ZstdFrames(io.RawIOBase):
                 if not rest:
                     break
                 out.append(self.d.decompress(rest))
-            self.pending = b"".join(out)
-        n = min(len(buf), len(self.pending))
-        buf[:n], self.pending = self.pending[:n], self.pending[n:]
+            self.pending, self.at = memoryview(b"".join(out)), 0
+        n = min(len(buf), len(self.pending) - self.at)
+        buf[:n] = self.pending[self.at:self.at + n]
+        self.at += n
         return n
 
 
 def _zstd_open(raw):
-    return io.BufferedReader(_ZstdFrames(raw))
+    return io.BufferedReader(_ZstdFrames(raw), 1 << 20)
 
 
 # name -> (content magic, file suffixes, opener of a decompressing stream over a raw file)
