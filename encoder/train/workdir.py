@@ -11,6 +11,8 @@ workdir, before it writes anything there:
     WORKDIR/run.json. A restart whose identity differs from a workdir that has
     checkpoints is refused with a short diff and nothing written; a changed
     mutable field is allowed and logged;
+  * the run's own tokenizer (WORKDIR/tokenizer) is part of its identity: its fingerprint
+    is in run.json, and a restart finding another one there (or none) is refused;
   * `record_finished` adds run.json's `finished` record when the job ends (a
     study's notion of done).
 """
@@ -235,6 +237,7 @@ def check_identity(workdir: str, config, mutable, defaults=None) -> list[str]:
                 f"{workdir} holds a run on different data; resuming would mix two datasets "
                 "in one run. Changed:\n" + "\n".join(lines) + "\nUse a new --workdir "
                 "(nothing was written to this one), or restore the data.")
+    check_tokenizer(workdir, saved.get("tokenizer"))
     allowed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
     for line in allowed:
         logging.warning("resuming with a changed setting: %s", line)
@@ -258,6 +261,42 @@ def data_identity(config, previous: dict | None = None) -> dict:
             if flat.get(k)}
 
 
+def tokenizer_identity(workdir: str) -> dict | None:
+    """{path, fingerprint} of the run's own tokenizer (WORKDIR/tokenizer/sp.model, or a
+    tokenizer.json folder there); None where the workdir has none yet. The fingerprint is
+    the tokenizer's own (what `merge` compares), so a copy of the same model matches."""
+    from encoder.data import tokenizer as tokenizer_lib
+    folder = os.path.join(workdir, "tokenizer")
+    for path in (os.path.join(folder, "sp.model"), folder):
+        if os.path.isfile(path) or (path == folder and os.path.isdir(folder)
+                                    and os.listdir(folder)):
+            try:
+                fingerprint = tokenizer_lib.load(path).fingerprint()
+            except Exception as e:  # noqa: BLE001 (a damaged file is a different tokenizer)
+                fingerprint = f"unreadable ({type(e).__name__})"
+            return {"path": os.path.relpath(path, workdir), "fingerprint": fingerprint}
+    return None
+
+
+def check_tokenizer(workdir: str, recorded: dict | None) -> None:
+    """Refuses a restart whose WORKDIR/tokenizer is not the one run.json records: the
+    checkpoints' embedding rows mean the recorded tokenizer's pieces, and the data would be
+    prepared again with the new one (as `merge` refuses to average two tokenizers)."""
+    if not recorded:
+        return
+    now = tokenizer_identity(workdir)
+    if now is not None and now["fingerprint"] == recorded["fingerprint"]:
+        return
+    where = os.path.join(workdir, recorded["path"])
+    found = (f"its fingerprint is now {now['fingerprint']}" if now is not None else
+             "it is gone (a new one would be trained)")
+    raise RunMismatch(
+        f"{where} is not the tokenizer this run was trained with: run.json records "
+        f"{recorded['fingerprint']}, {found}. Its checkpoints' token ids mean the recorded "
+        "tokenizer's pieces; put that tokenizer back, or use a new --workdir (nothing was "
+        "written to this one)")
+
+
 def describe_topology(t: dict) -> str:
     mesh = " x ".join(f"{k}={v}" for k, v in t.get("mesh", {}).items())
     return (f"{t.get('devices')} device(s) in {t.get('processes')} process(es)"
@@ -278,17 +317,20 @@ def shape_change(workdir: str, topology: dict) -> str | None:
 
 
 def record_identity(workdir: str, config, topology: dict | None = None) -> None:
-    """WORKDIR/run.json: the requested configuration (and its data's fingerprint) a
-    restart is compared with, and the topology it runs on (devices, processes, mesh)."""
+    """WORKDIR/run.json: the requested configuration (its data's and its own tokenizer's
+    fingerprints) a restart is compared with, and the topology it runs on (devices,
+    processes, mesh)."""
     tmp = os.path.join(workdir, RUN + ".tmp")
     try:
         with open(os.path.join(workdir, RUN)) as f:
             previous = json.load(f).get("data")
     except (OSError, ValueError):
         previous = None
+    tokenizer = tokenizer_identity(workdir)
     with open(tmp, "w") as f:
         json.dump({"config": flatten(config.to_dict()),
                    "data": data_identity(config, previous),
+                   **({"tokenizer": tokenizer} if tokenizer else {}),
                    **({"topology": topology} if topology else {})}, f, indent=1, default=str)
     os.replace(tmp, os.path.join(workdir, RUN))
 

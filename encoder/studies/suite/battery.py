@@ -172,10 +172,54 @@ def run_suite(opts: SuiteOptions) -> dict:
                         {"source": source, "data": task_files})
 
 
+PREVIOUS = "suite.previous.json"  # OUT/: the report a rerun of another model replaced
+
+
+def _model(source: dict | None, header: dict) -> str:
+    """The model a report scored, as one phrase (a baseline: its method)."""
+    return identity.describe(source) if source else str(header.get("source", "?"))
+
+
+def report_changes(root: str, tasks: list, header: dict, scored: dict | None) -> list[str]:
+    """What differs between the report in root and the one about to replace it: the model
+    (its path, step and content), the method, the tasks, their files; [] when none does
+    or root holds no report."""
+    saved = os.path.join(root, "suite.json")
+    try:
+        with open(saved) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        return []
+    out = []
+    a, b = (old.get("identity") or {}).get("source"), (scored or {}).get("source")
+    was, now = _model(a, old.get("header") or {}), _model(b, header)
+    if (a or b) and not identity.same_source(a, b) or not (a or b) and was != now:
+        out.append(f"model: {was} -> {now}")
+    before = sorted({s.get("task") for s in old.get("tasks") or []} | set(old.get("missing")
+                                                                          or []))
+    after = sorted(t.name for t in tasks)
+    if before != after:
+        gone, new = sorted(set(before) - set(after)), sorted(set(after) - set(before))
+        out.append("tasks: " + ", ".join([f"+{n}" for n in new] + [f"-{n}" for n in gone]))
+    out += rescored_files(saved, (scored or {}).get("data") or {})
+    return out
+
+
+def keep_previous(root: str, changes: list[str]) -> None:
+    """A report of another model, step or task set is kept as suite.previous.json, said."""
+    if not changes:
+        return
+    shutil.copy(os.path.join(root, "suite.json"), os.path.join(root, PREVIOUS))
+    print(f"suite: {os.path.join(root, 'suite.json')} was the report of another model or "
+          f"task set ({'; '.join(changes)}); it is kept as {PREVIOUS}", flush=True)
+
+
 def write_report(root, tasks, rows, rule, header, failures, notes, probes, what,
                  scored=None) -> dict:
     """suite.csv/md/json/png (report.write_all); failures also to stderr; result['failed'].
-    scored: {source, data}: the identity of what every score scored (suite.json)."""
+    scored: {source, data}: the identity of what every score scored (suite.json). A report
+    there of another model, step, task set or task files is kept (keep_previous)."""
+    keep_previous(root, report_changes(root, tasks, header, scored))
     result = report.write_all(root, tasks, rows, rule, header, failures, notes, probes,
                               scored)
     if failures:
@@ -245,13 +289,10 @@ def rescored_files(saved: str, task_files: dict) -> list[str]:
 
 
 def _say_rescored(saved: str, task_files: dict) -> None:
-    """A baseline is rescored whole; when the task files changed, it says which, and the
-    previous report is kept beside the new one (suite.previous.json)."""
-    changed = rescored_files(saved, task_files)
-    for line in changed:
+    """A baseline is rescored whole; when the task files changed, it says which (the
+    previous report is kept beside the new one: write_report)."""
+    for line in rescored_files(saved, task_files):
         print(f"rescoring: {line}", flush=True)
-    if changed:
-        shutil.copy(saved, os.path.join(os.path.dirname(saved), "suite.previous.json"))
 
 
 def suite_average(suite_dir: str) -> dict:
