@@ -218,6 +218,10 @@ RANGES: dict[str, Range] = {
     "contrastive.colbert_dim": COUNT,        # > 0 with head=colbert (retrieval/options.py)
     "contrastive.in_batch_weight": RATE,     # x the in-batch loss beside a distillation one
     "contrastive.distill_temperature": SCALE,  # kl's T: teacher and student logits / T
+    "contrastive.flops_query_weight": RATE,  # SPLADE's lambda_q (0: queries unregularised)
+    "contrastive.flops_doc_weight": RATE,    # lambda_d
+    "contrastive.flops_warmup_steps": COUNT,  # 0: the full weight from the first step
+    "contrastive.sparse_top_terms": COUNT,   # 0: every non-zero term kept in the index
     # --- evaluate and embed
     "eval.max_tokens": POSITIVE,
     "eval.batch_size": POSITIVE,

@@ -26,6 +26,9 @@ flags.DEFINE_string("pooling", "", "pooling rule (default: the run's, else mean)
 flags.DEFINE_integer("max_len", 128, "tokens per text")
 flags.DEFINE_string("query_prefix", "", "prepended to each text_a (e.g. 'query: ')")
 flags.DEFINE_string("passage_prefix", "", "prepended to each passage")
+flags.DEFINE_bool("scores", False, "the model as a teacher: write {text_a, passages, scores}, "
+                  "its score (scale x similarity) per passage, for contrastive.loss="
+                  "margin_mse|kl")
 FLAGS = flags.FLAGS
 
 
@@ -40,6 +43,6 @@ def main(argv):
                ("range_min", "range_max", "absolute_margin", "relative_margin", "max_score")}
     stats = mine.mine_file(FLAGS.init_from, FLAGS.pairs, FLAGS.out, FLAGS.corpus,
                            FLAGS.num_negatives, FLAGS.pooling, FLAGS.max_len, FLAGS.query_prefix,
-                           FLAGS.passage_prefix, **filters)
+                           FLAGS.passage_prefix, FLAGS.scores, **filters)
     print(json.dumps(stats), flush=True)
     return 0 if np.isfinite(stats["mean_positive_score"]) else 1

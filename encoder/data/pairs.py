@@ -185,6 +185,7 @@ class PairRows(shards.ShardReader):
         # a missing negative's slot holds the passage prefix alone (featurize encodes "")
         self.empty = tokenizer.encode(corpus.manifest.get("passage_prefix", ""))
         self.scores = scores  # read_batch adds "scores" [B, 1 + k] (the distillation losses)
+        self.train_step = False  # read_batch adds a train_step column (the trainer fills it)
         self._readers: dict = {}
 
     def unscored(self) -> int:
@@ -234,4 +235,6 @@ class PairRows(shards.ShardReader):
                                          "teacher scores")
                     out["scores"][r, :1 + c] = sc[:1 + c]
         out["weight"] = np.ones(len(rows), np.float32)  # every row is real
+        if self.train_step:
+            out["train_step"] = np.zeros(len(rows), np.int32)
         return out

@@ -47,7 +47,11 @@ def finetune_config() -> ml_collections.ConfigDict:
         # in_batch | margin_mse | kl: the last two read a teacher score per passage
         # (encoder/retrieval/distill.py), plus in_batch_weight x the in-batch loss
         loss="in_batch", in_batch_weight=0.0, distill_temperature=1.0,
-        distill_normalize="none"))
+        distill_normalize="none",
+        # head=sparse (SPLADE, encoder/retrieval/sparse.py): query side expand | terms,
+        # flops | l1 with a weight per side ramped over flops_warmup_steps, index top terms
+        sparse_query="expand", sparse_regularizer="flops", flops_query_weight=3e-4,
+        flops_doc_weight=1e-4, flops_warmup_steps=0, sparse_top_terms=0))
     config.eval = ml_collections.ConfigDict(dict(
         max_tokens=20_000, batch_size=64, masking_seed=0, query="", top_k=5))
     config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1))

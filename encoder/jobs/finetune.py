@@ -225,9 +225,16 @@ def init_from_source(run: FineTuning):
             head = {"pooler": src.params["pooler"]}  # BERT's pooler for cls_tanh pooling
         if head is not None:
             model["head"] = merge(model["head"], head, shardings["model"]["head"], path="head")
-        others = sorted(k for k in src.params if k not in ("encoder", "head", "pooler"))
+        mlm = "mlm_head" in model and "mlm_head" in src.params  # a sparse retriever's start
+        if mlm:
+            model["mlm_head"] = sources.merge_params(model["mlm_head"], src.params["mlm_head"],
+                                                     shardings["model"]["mlm_head"],
+                                                     path="mlm_head")
+        others = sorted(k for k in src.params if k not in ("encoder", "head", "pooler")
+                        and not (mlm and k == "mlm_head"))
         loop.report(rep.summary(run.config.init_from) + (
             " and the head" if head is not None else "; the task head starts fresh")
+            + (" (the MLM head: the source's)" if mlm else "")
             + (f"; the source's {', '.join(others)} are not used by fine-tuning"
                if others else ""))
         return {**params, "model": model}

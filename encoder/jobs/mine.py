@@ -11,6 +11,13 @@ one, the pairs' own distinct text_b. Texts are embedded with the model's pooling
 top-k and the filters are encoder/retrieval/mining.py's. Writes one JSON line per
 pair, {"text_a", "text_b", "negatives": [...]}, which the contrastive task trains
 on as it is, and prints the counts (rows, negatives, drops by reason) as JSON.
+
+--scores makes the model a teacher: each row is {"text_a", "passages": [positive,
+negatives...], "scores": [...]}, a score per passage that the distillation losses read
+(contrastive.loss=margin_mse|kl). A score is the model's own logit, scale x similarity:
+scale its run's 1 / contrastive.temperature (or its learned scale, clamped at 100, as the
+ranking loss reads it), similarity the cosine of the vectors mined with or, for a ColBERT
+run, the MaxSim of its token vectors.
 --out is a new file, an empty one or an earlier mining output, never an input, a folder or
 another file; every option and input is checked before the model is read.
 """
@@ -23,7 +30,7 @@ import jax
 from encoder import errors
 from encoder.checkpoints import sources
 from encoder.eval import embeddings
-from encoder.retrieval import beir, mining
+from encoder.retrieval import beir, colbert, losses, mining, options as options_lib
 from encoder.tasks import files
 from encoder.train import partitioning
 
@@ -33,8 +40,10 @@ def read_pairs(path: str) -> list[dict]:
     return files.read_jsonl(path, (("text_a", "text_b"),), lambda ex, where: None)
 
 
-def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size: int = 64):
-    """(encode(texts) -> [N, D] unit vectors, pooling) for a start source, sharded."""
+def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size: int = 64,
+               source: bool = False):
+    """(encode(texts) -> [N, D] unit vectors, pooling) for a start source, sharded (and the
+    source itself as a third value when asked)."""
     src = sources.load(init_from)
     run = src.run_config
     pooling = pooling or (run.get("pooling", "mean") if run is not None else "mean")
@@ -49,7 +58,7 @@ def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size
     def encode(texts):
         return embeddings.embed_texts(src.model_cfg, params, src.tokenizer, list(texts),
                                       pooling, max_len, batch_size, shard)
-    return encode, pooling
+    return (encode, pooling, src) if source else (encode, pooling)
 
 
 def _is_mined(path: str) -> bool:
@@ -62,7 +71,8 @@ def _is_mined(path: str) -> bool:
                     row = json.loads(line)
                 except ValueError:
                     return False
-                return isinstance(row, dict) and {"text_a", "text_b", "negatives"} <= set(row)
+                return isinstance(row, dict) and ({"text_a", "text_b", "negatives"} <= set(row)
+                                                  or {"text_a", "passages", "scores"} <= set(row))
     return True
 
 
@@ -91,7 +101,7 @@ def _check_input(flag: str, path: str) -> None:
         raise errors.UsageError(f"{flag}={path}: {what}")
 
 
-def _write(out: str, pairs: list, negatives: list) -> None:
+def _write(out: str, pairs: list, negatives: list, scores: list | None = None) -> None:
     """The triples into a fresh hidden sibling, renamed over --out once complete (a stopped
     or failed write leaves --out as it was and no scratch file)."""
     folder = os.path.dirname(os.path.abspath(out))
@@ -99,9 +109,12 @@ def _write(out: str, pairs: list, negatives: list) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            for p, negs in zip(pairs, negatives):
-                f.write(json.dumps({"text_a": p["text_a"], "text_b": p["text_b"],
-                                    "negatives": negs}) + "\n")
+            for i, (p, negs) in enumerate(zip(pairs, negatives)):
+                row = ({"text_a": p["text_a"], "text_b": p["text_b"], "negatives": negs}
+                       if scores is None else
+                       {"text_a": p["text_a"], "passages": [p["text_b"]] + negs,
+                        "scores": [round(x, 6) for x in scores[i]]})
+                f.write(json.dumps(row) + "\n")
         os.replace(tmp, out)
     except BaseException:
         if os.path.exists(tmp):
@@ -109,9 +122,33 @@ def _write(out: str, pairs: list, negatives: list) -> None:
         raise
 
 
+def teacher_scale(src) -> float:
+    """The source's inverse temperature as its ranking loss used it (losses.scale_of)."""
+    o = options_lib.of_run(src.run_config)
+    log_scale = src.params.get("logit_scale") if isinstance(src.params, dict) else None
+    return float(losses.scale_of(log_scale, o.temperature))
+
+
+def colbert_similarities(src, pairs: list, negatives: list, query_prefix: str,
+                         passage_prefix: str, pooling: str, max_len: int) -> list:
+    """MaxSim of each pair's query with its positive and each negative (a ColBERT run)."""
+    from encoder.retrieval import retriever
+    view = retriever.of_source(src, pooling, max_len)
+    qv, qm = view.tokens([p["text_a"] for p in pairs], query_prefix)
+    passages = [[p["text_b"]] + n for p, n in zip(pairs, negatives)]
+    dv, dm = view.tokens([t for row in passages for t in row], passage_prefix)
+    out, at = [], 0
+    for i, row in enumerate(passages):
+        out.append([colbert.maxsim_numpy(qv[i], qm[i], dv[at + j], dm[at + j])
+                    for j in range(len(row))])
+        at += len(row)
+    return out
+
+
 def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
               num_negatives: int = 5, pooling: str = "", max_len: int = 128,
-              query_prefix: str = "", passage_prefix: str = "", **filters) -> dict:
+              query_prefix: str = "", passage_prefix: str = "", scores: bool = False,
+              **filters) -> dict:
     # Everything that can be refused is, before the model is loaded or a text embedded.
     mining.candidates(num_negatives, filters.get("range_min", 0), filters.get("range_max", 0))
     _check_input("--pairs", pairs_path)
@@ -137,15 +174,24 @@ def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
     for i, keys in enumerate(zip(corpus, bodies)):
         for key in set(keys):
             rows_of.setdefault(key, []).append(i)
-    encode, pooling = encoder_of(init_from, pooling, max_len)
+    encode, pooling, src = encoder_of(init_from, pooling, max_len, source=True)
     q = encode([query_prefix + p["text_a"] for p in pairs])
     pos = encode([passage_prefix + p["text_b"] for p in pairs])
     docs_vecs = encode([passage_prefix + t for t in corpus])
-    negatives, stats = mining.mine(q, pos, docs_vecs, corpus, pairs,
-                                   [rows_of.get(p["text_b"], []) for p in pairs],
-                                   num_negatives, **filters)
+    negatives, stats, sims = mining.mine(q, pos, docs_vecs, corpus, pairs,
+                                         [rows_of.get(p["text_b"], []) for p in pairs],
+                                         num_negatives, with_scores=True, **filters)
+    logits = None
+    if scores:
+        head = options_lib.of_run(src.run_config).head
+        if head == "colbert":
+            sims = colbert_similarities(src, pairs, negatives, query_prefix, passage_prefix,
+                                        pooling, max_len)
+        scale = teacher_scale(src)
+        logits = [[scale * x for x in row] for row in sims]
+        stats.update(teacher_scale=scale, teacher_head=head)
     if jax.process_index() == 0:
-        _write(out, pairs, negatives)
+        _write(out, pairs, negatives, logits)
     stats.update(out=out, corpus=len(corpus), corpus_lines_skipped=skipped, pooling=pooling,
                  negatives=int(sum(len(n) for n in negatives)))
     return stats

@@ -37,8 +37,9 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
          positive_rows: list, num_negatives: int = 5, range_min: int = 0,
          range_max: int = 0, absolute_margin: float | None = None,
          relative_margin: float | None = None, max_score: float | None = None,
-         devices=None):
-    """(negatives: one list of texts per pair, stats). pairs: {"text_a", "text_b"};
+         devices=None, with_scores: bool = False):
+    """(negatives: one list of texts per pair, stats), and with_scores each pair's
+    [positive's, each kept negative's] inner products as a third value. pairs: {"text_a", "text_b"};
     positive_rows: each pair's positive's corpus row, or a list of its rows (a titled
     corpus can hold its text under several titles); -1 or []: not in the corpus."""
     k = candidates(num_negatives, range_min, range_max)
@@ -46,9 +47,9 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
     pos = np.sum(q * np.asarray(positive_vecs, np.float32), axis=-1)  # [P]
     scores, rows = search.exact_topk(q, corpus_vecs, k, devices=devices)
     dropped = dict.fromkeys(REASONS, 0)
-    out, short = [], 0
+    out, short, kept_scores = [], 0, []
     for i, pair in enumerate(pairs):
-        kept = []
+        kept, sims = [], [float(pos[i])]
         own = positive_rows[i]
         own = {int(own)} if np.ndim(own) == 0 else {int(r) for r in own}
         for s, j in zip(scores[i, range_min:], rows[i, range_min:]):
@@ -68,11 +69,13 @@ def mine(query_vecs, positive_vecs, corpus_vecs, corpus_texts: list, pairs: list
             if text in kept:
                 continue
             kept.append(text)
+            sims.append(float(s))
             if len(kept) == num_negatives:
                 break
         short += len(kept) < num_negatives
         out.append(kept)
+        kept_scores.append(sims)
     stats = {"pairs": len(pairs), "candidates_per_pair": int(k - range_min),
              "dropped": dropped, "pairs_short_of_negatives": short,
              "mean_positive_score": float(np.mean(pos)) if len(pos) else 0.0}
-    return out, stats
+    return (out, stats, kept_scores) if with_scores else (out, stats)

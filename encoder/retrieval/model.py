@@ -1,9 +1,11 @@
-"""The retriever: encoder + pooling (+ a learned temperature, + a ColBERT projection),
-and the cached (GradCache) embedding that trains batches beyond memory.
+"""The retriever: encoder + pooling (+ a learned temperature, + a ColBERT projection, + the
+MLM head for SPLADE's sparse vectors), and the cached (GradCache) embedding that trains
+batches beyond memory.
 
 The parameter tree keeps the Embedder's names (`encoder`, `head` for a parametric
 pooler) so every reader of an embedding model reads a retriever; `logit_scale` (a
-scalar) and `colbert` (a [D, K] projection) sit beside them when asked for.
+scalar), `colbert` (a [D, K] projection) and `mlm_head` (the pretraining model's own
+name, so a source's MLM head is the sparse head's start) sit beside them when asked for.
 
 Cached embedding (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under
 Memory Limited Setup", GradCache): the batch is cut into chunks; each chunk is embedded
@@ -25,17 +27,20 @@ import numpy as np
 
 from encoder.model import heads
 from encoder.model.encoder import Encoder
+from encoder.retrieval import sparse as sparse_lib
 
 
 class Retriever(nn.Module):
     """out: {"pooled": [B, D] raw pooled vectors (float32; the losses normalise, at each
-    Matryoshka prefix), "tokens": [B, T, K] unit ColBERT token vectors (colbert_dim > 0)}."""
+    Matryoshka prefix), "tokens": [B, T, K] unit ColBERT token vectors (colbert_dim > 0),
+    "sparse": [B, V] SPLADE weights (sparse=True; sparse.py)}."""
     cfg: Any
     num_labels: int = 0            # the Task.model signature; a retriever has no labels
     pooling: str = "mean"
     learn_temperature: bool = False
     temperature: float = 0.05
     colbert_dim: int = 0
+    sparse: bool = False
 
     def setup(self):
         self.encoder = Encoder(self.cfg)
@@ -51,6 +56,8 @@ class Retriever(nn.Module):
                 kernel_init=nn.with_logical_partitioning(
                     nn.initializers.normal(self.cfg.initializer_range), ("embed", None)),
                 name="colbert")
+        if self.sparse:
+            self.mlm_head = heads.MlmHead(self.cfg)
 
     def __call__(self, input_ids, segment_ids=None, attention_mask=None, deterministic=True):
         hidden, aux = self.encoder(input_ids, segment_ids, attention_mask,
@@ -60,6 +67,9 @@ class Retriever(nn.Module):
             tok = self.colbert(hidden).astype(jnp.float32)                 # [B, T, K]
             out["tokens"] = tok / jnp.maximum(jnp.linalg.norm(tok, axis=-1, keepdims=True),
                                               1e-12)
+        if self.sparse:
+            logits = self.mlm_head(hidden, None, self.encoder.attend)         # [B, T, V]
+            out["sparse"] = sparse_lib.splade_pool(logits, attention_mask)  # [B, V]
         return out, {**aux, "encoded": hidden}
 
 

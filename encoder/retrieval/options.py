@@ -24,9 +24,18 @@ class Options:
     in_batch_weight: float = 0.0
     distill_temperature: float = 1.0
     distill_normalize: str = "none"
+    # SPLADE (head=sparse; encoder/retrieval/sparse.py)
+    sparse_query: str = "expand"
+    sparse_regularizer: str = "flops"
+    flops_query_weight: float = 3e-4
+    flops_doc_weight: float = 1e-4
+    flops_warmup_steps: int = 0
+    sparse_top_terms: int = 0
 
 
-HEADS = ("dense", "colbert")
+HEADS = ("dense", "colbert", "sparse")
+QUERY_SIDES = ("expand", "terms")      # sparse.py: full expansion, or the query's own ids
+REGULARIZERS = ("flops", "l1")
 # in_batch: the ranking loss over every passage of the batch (labels only); margin_mse and
 # kl read each row's teacher scores (distill.LOSSES), plus in_batch_weight x in_batch
 LOSSES = ("in_batch", "margin_mse", "kl")
@@ -44,7 +53,8 @@ def options(config) -> Options:
         dims = tuple(int(x) for x in dims.replace(" ", "").split(",") if x)
     raw["matryoshka_dims"] = tuple(int(d) for d in dims)
     known = {f.name for f in dataclasses.fields(Options)}
-    for name in ("in_batch_weight", "distill_temperature"):  # an int override is a number
+    for name in ("in_batch_weight", "distill_temperature", "flops_query_weight",
+                 "flops_doc_weight"):  # an int override is a number
         if isinstance(raw.get(name), int) and not isinstance(raw.get(name), bool):
             raw[name] = float(raw[name])
     unknown = sorted(set(raw) - known)
@@ -63,6 +73,16 @@ def options(config) -> Options:
     if opts.distill_temperature <= 0:
         raise ValueError("contrastive.distill_temperature must be positive, got "
                          f"{opts.distill_temperature}")
+    if opts.sparse_query not in QUERY_SIDES:
+        raise ValueError(f"contrastive.sparse_query must be one of {QUERY_SIDES}, got "
+                         f"{opts.sparse_query!r}")
+    if opts.sparse_regularizer not in REGULARIZERS:
+        raise ValueError(f"contrastive.sparse_regularizer must be one of {REGULARIZERS}, got "
+                         f"{opts.sparse_regularizer!r}")
+    for name in ("flops_query_weight", "flops_doc_weight", "flops_warmup_steps",
+                 "sparse_top_terms"):
+        if getattr(opts, name) < 0:
+            raise ValueError(f"contrastive.{name} must be >= 0, got {getattr(opts, name)}")
     if opts.in_batch_weight < 0:
         raise ValueError(f"contrastive.in_batch_weight must be >= 0, got {opts.in_batch_weight}")
     if opts.temperature <= 0:

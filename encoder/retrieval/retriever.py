@@ -3,14 +3,18 @@
 A source (encoder/checkpoints/sources.py's Pretrained: a contrastive workdir, any other
 workdir, an imported `hf:DIR`) carries its run's contrastive options (options.of_run):
 queries and documents get the run's prefixes, the pooled vectors are scored at the full
-width and at each Matryoshka dimension (re-normalised prefixes), and a ColBERT head's
-token vectors are scored by MaxSim (colbert.py's index and exact search). Scores are
+width and at each Matryoshka dimension (re-normalised prefixes), a ColBERT head's
+token vectors are scored by MaxSim (colbert.py's index and exact search), and a sparse
+(SPLADE) head's vocabulary weights by sparse.py's inverted index, with the run's query side
+and top terms per document. Scores are
 beir.py's trec_eval measures. The suite's retrieval tasks, `benchmarks/beir_eval.py` and
 the mining command read a model through `of_source`.
 
 Metric keys: ndcg_at_10, mrr_at_10, recall_at_{1,10,100}, map (the model's own scoring:
-MaxSim for ColBERT, else the full width), and ndcg_at_10_dim{d} at each smaller
-Matryoshka dimension.
+MaxSim for ColBERT, the inverted index for SPLADE, else the full width), and
+ndcg_at_10_dim{d} at each smaller Matryoshka dimension. A sparse model adds its costs:
+query_terms and doc_terms (mean non-zero terms), index_bytes, bytes_per_passage,
+queries_per_s (sparse.run_and_costs).
 """
 import dataclasses
 from typing import Callable
@@ -19,7 +23,11 @@ import jax
 
 from encoder.eval import embeddings, inference
 from encoder.model import models
+import numpy as np
+import scipy.sparse as sp
+
 from encoder.retrieval import beir, colbert, model as retrieval_model, options as options_lib
+from encoder.retrieval import sparse as sparse_lib
 
 RECALL_AT = (1, 10, 100)
 
@@ -34,6 +42,8 @@ class Retriever:
     query_prefix: str = ""
     passage_prefix: str = ""
     pooling: str = "mean"
+    sparse: Callable | None = None  # SPLADE: (texts, prefix, query) -> CSR weights [N, V]
+    top_terms: int = 0              # SPLADE: each document's largest terms kept in the index
 
 
 def of_source(src, pooling: str = "", max_len: int = 128, batch_size: int = 64,
@@ -69,8 +79,56 @@ def of_source(src, pooling: str = "", max_len: int = 128, batch_size: int = 64,
             return inference.predict(fn, variables, arrays, batch_size, shard), \
                 arrays["attention_mask"]
         tokens_fn = _tokens
+    sparse_fn = None
+    if o.head == "sparse":
+        sparse_fn = sparse_encoder(src, params, pooling, o.sparse_query, max_len, batch_size,
+                                   shard)
     return Retriever(dense(o.query_prefix), dense(o.passage_prefix), o.matryoshka_dims,
-                     tokens_fn, o.query_prefix, o.passage_prefix, pooling)
+                     tokens_fn, o.query_prefix, o.passage_prefix, pooling, sparse_fn,
+                     o.sparse_top_terms)
+
+
+def sparse_encoder(src, params, pooling: str, query_side: str, max_len: int,
+                   batch_size: int = 64, shard=None):
+    """(texts, prefix, query: bool) -> CSR [N, V] SPLADE weights, a batch at a time (the
+    [B, V] rows never held for the whole corpus); queries under the run's query side."""
+    if "mlm_head" not in params:
+        raise ValueError("the parameters scored hold no 'mlm_head', but the run's head is "
+                         "sparse (SPLADE reads the MLM head)")
+    module = retrieval_model.Retriever(models.freeze(src.model_cfg), 0, pooling, sparse=True)
+    variables = {k: params[k] for k in ("encoder", "head", "mlm_head") if k in params}
+
+    def weights(v, b, query):
+        w = module.apply({"params": v}, b["input_ids"], b["segment_ids"],
+                         b["attention_mask"])[0]["sparse"]
+        if query:
+            w = sparse_lib.query_weights(w, b["input_ids"], b["attention_mask"], query_side)
+        return w
+
+    fns = {q: jax.jit(lambda v, b, q=q: weights(v, b, q)) for q in (False, True)}
+
+    def encode(texts, prefix="", query=False):
+        arrays = inference.encode_texts(src.tokenizer, [prefix + t for t in texts], max_len)
+        rows = []
+        for batch in inference.padded_batches(arrays, batch_size):
+            keep = int(batch["weight"].sum())
+            b = shard(batch) if shard is not None else batch
+            rows.append(sp.csr_matrix(np.asarray(jax.device_get(fns[query](variables, b)))
+                                      [:keep]))
+        vocab = sparse_lib.real_vocab(src.model_cfg)
+        if not rows:
+            return sp.csr_matrix((0, vocab), dtype=np.float32)
+        return sp.vstack(rows).tocsr()[:, :vocab]
+    return encode
+
+
+def sparse_run(r: Retriever, corpus, queries, k: int = 100):
+    """(run, costs) by the inverted index (sparse.py)."""
+    return sparse_lib.run_and_costs(
+        lambda texts: r.sparse(texts, r.query_prefix, True),
+        lambda texts: r.sparse(texts, r.passage_prefix, False),
+        [beir.document_text(x) for x in corpus], [x["_id"] for x in corpus],
+        [x["text"] for x in queries], [x["_id"] for x in queries], k, r.top_terms)
 
 
 def colbert_run(r: Retriever, corpus, queries, k: int = 100) -> dict:
@@ -84,6 +142,9 @@ def colbert_run(r: Retriever, corpus, queries, k: int = 100) -> dict:
 
 def evaluate(r: Retriever, corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -> dict:
     """{metric: value} on a BEIR task (module docstring's keys)."""
+    if r.sparse is not None:
+        run, costs = sparse_run(r, corpus, queries, k)
+        return {**beir.evaluate_run(run, qrels, ks), **costs}
     if r.tokens is not None:
         return beir.evaluate_run(colbert_run(r, corpus, queries, k), qrels, ks)
     docs = r.encode_docs([beir.document_text(x) for x in corpus])

@@ -27,6 +27,12 @@ options read from the config's `contrastive` block (encoder/finetune/config.py; 
                                          (encoder/retrieval/distill.py), plus
   in_batch_weight                        x the in-batch loss beside a distillation loss
   distill_temperature, distill_normalize kl's T (x T^2); none | minmax per row
+  head "sparse"                          SPLADE over the MLM head (encoder/retrieval/
+                                         sparse.py): dot-product logits (no temperature),
+  sparse_query expand | terms            query-side expansion or the query's own ids,
+  sparse_regularizer flops | l1,         each side's weight, ramped quadratically over
+  flops_{query,doc}_weight,              flops_warmup_steps (the batch's train_step)
+  flops_warmup_steps, sparse_top_terms   (index: each document's largest terms kept)
 
 Without a `contrastive` block (experiments/finetune.py:task=contrastive) the defaults
 hold: fixed scale 20, dense head, no negatives. Scored by retrieving each text_b among
@@ -41,6 +47,7 @@ import numpy as np
 
 from encoder.data import pairs, shards
 from encoder.retrieval import colbert as colbert_lib, distill, losses, model as retrieval_model
+from encoder.retrieval import sparse as sparse_lib
 from encoder.retrieval.options import SCALE, Options, options  # noqa: F401 (SCALE: tests)
 from encoder.tasks import files
 from encoder.tasks.base import Task, TaskDataError
@@ -96,6 +103,7 @@ class Contrastive(Task):
                 f"{o.passage_prefix!r}: give the corpus's prefixes, or prepare it again")
         rows = pairs.PairRows(corpus, self.tokenizer, self.config.data.max_seq_len,
                               o.num_negatives, scores=o.loss != "in_batch")
+        rows.train_step = o.head == "sparse" and bool(o.flops_warmup_steps)  # as featurize
         if o.loss != "in_batch":
             unscored = rows.unscored()
             if unscored:
@@ -140,6 +148,8 @@ class Contrastive(Task):
         scores = teacher_scores(examples, k) if o.loss != "in_batch" else None
         if scores is not None:
             out["scores"] = scores
+        if o.head == "sparse" and o.flops_warmup_steps:
+            out["train_step"] = np.zeros(len(examples), np.int32)  # the trainer fills it in
         return out, None
 
     # ---------------------------------------------------------------- model
@@ -147,7 +157,8 @@ class Contrastive(Task):
         o = self.options
         return retrieval_model.Retriever(model_cfg, 0, pooling, o.learn_temperature,
                                          o.temperature,
-                                         o.colbert_dim if o.head == "colbert" else 0)
+                                         o.colbert_dim if o.head == "colbert" else 0,
+                                         sparse=o.head == "sparse")
 
     def forward(self, model, params, batch, deterministic=True, rngs=None):
         """{"a": query out, "b": positive out, "n": negatives' out [B, K, ...] (a training
@@ -184,6 +195,10 @@ class Contrastive(Task):
                 part = jax.tree.map(lambda y: y[:, 0], part)
             result[s] = {**part, "mask": batch[f"{s}_attention_mask"]}
             start += k
+        if "sparse" in result["a"]:  # the query side's option (no expansion: its own ids)
+            result["a"]["sparse"] = sparse_lib.query_weights(
+                result["a"]["sparse"], batch["a_input_ids"], batch["a_attention_mask"],
+                self.options.sparse_query)
         if "logit_scale" in params:  # batch-major like every output (inference.predict)
             result["log_scale"] = jnp.broadcast_to(params["logit_scale"], (b,))
         return result
@@ -220,6 +235,16 @@ class Contrastive(Task):
                 q, p, w, scale, n, n_mask, symmetric=o.symmetric, **ids),
                 distill.dense_pair_scores)
 
+        if o.head == "sparse":  # SPLADE: dot products of the weights are the logits
+            q, p = out["a"]["sparse"], out["b"]["sparse"]
+            n = None if neg is None else neg["sparse"]
+            total = combined(q, p, n, lambda: losses.in_batch_loss(
+                q, p, w, 1.0, n, n_mask, symmetric=o.symmetric, **ids),
+                distill.dense_pair_scores)
+            if o.flops_warmup_steps and "train_step" not in batch:
+                raise ValueError("contrastive.flops_warmup_steps needs the batch's train_step "
+                                 "(featurize adds it; the trainer's step fills it in)")
+            return total + self.sparse_regularization(q, p, n, batch, o)
         if o.head == "colbert":
             tok = lambda s: (s["tokens"], s["mask"])  # noqa: E731
             q, p = tok(out["a"]), tok(out["b"])
@@ -231,6 +256,21 @@ class Contrastive(Task):
                                           None if neg is None else neg["pooled"],
                                           o.matryoshka_dims)
         return total
+
+    @staticmethod
+    def sparse_regularization(q, p, n, batch, o: Options):
+        """SPLADE's regulariser on the queries and on the documents (positives and
+        negatives), each with its weight, ramped by the batch's train step."""
+        w = batch["weight"]
+        docs, d_weight = p, w
+        if n is not None:
+            docs = jnp.concatenate([p, n.reshape(-1, n.shape[-1])], 0)
+            d_weight = jnp.concatenate([w, (batch["n_mask"] * (w[:, None] > 0)).reshape(-1)
+                                        .astype(w.dtype)])
+        step = batch["train_step"][0] if "train_step" in batch else 0
+        return sparse_lib.regularization(q, docs, w, d_weight, o.sparse_regularizer,
+                                         o.flops_query_weight, o.flops_doc_weight, step,
+                                         o.flops_warmup_steps)
 
     @staticmethod
     def distillation(q, p, n, batch, scale, pair_scores, o: Options):
@@ -257,7 +297,10 @@ class Contrastive(Task):
             first.setdefault(t, i)
         cand = np.asarray(sorted(first.values()))                 # distinct positives
         gold = np.searchsorted(cand, [first[t] for t in texts])   # [N] column of each row's own
-        if self.options.head == "colbert":
+        if self.options.head == "sparse":
+            sa, sb = np.asarray(out["a"]["sparse"]), np.asarray(out["b"]["sparse"])
+            metrics, nearest = _rank_metrics(sa @ sb[cand].T, gold)
+        elif self.options.head == "colbert":
             sims = np.asarray(colbert_lib.maxsim_scores(
                 (out["a"]["tokens"], arrays["a_attention_mask"]),
                 (out["b"]["tokens"][cand], arrays["b_attention_mask"][cand])))

@@ -71,6 +71,9 @@ def make_step(loss_fn: Callable, tx, prepare: Callable | None = None, grad_accum
 
     def step(state: TrainState, batch: dict, rng: jax.Array):
         k_prepare, rng = jax.random.split(rng)
+        if "train_step" in batch:  # a loss that ramps a term over training (SPLADE's FLOPS)
+            batch = {**batch, "train_step": jnp.broadcast_to(
+                state.step, batch["train_step"].shape).astype(batch["train_step"].dtype)}
         if prepare is not None:
             batch = prepare(batch, k_prepare)
         if grad_accum == 1:

@@ -281,3 +281,47 @@ def test_a_tiny_distillation_run_moves_student_margins_to_the_teachers(loss):
         params, state = step(params, state)
     after = _margin_gap(task, model, params, batch)
     assert after < 0.5 * before, (before, after)
+
+
+# ------------------------------------------------------------------ a teacher's scores
+
+def test_mining_returns_the_kept_candidates_similarities():
+    from encoder.retrieval import mining
+    rng = np.random.default_rng(0)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    corpus = unit(rng.normal(size=(50, 8))).astype(np.float32)
+    q = unit(rng.normal(size=(5, 8))).astype(np.float32)
+    texts = [f"t{i}" for i in range(50)]
+    pairs_ = [{"text_a": f"q{i}", "text_b": texts[i]} for i in range(5)]
+    negs, _, sims = mining.mine(q, corpus[:5], corpus, texts, pairs_, list(range(5)), 3,
+                                with_scores=True)
+    for i in range(5):
+        rows = [0 + i] + [texts.index(t) for t in negs[i]]
+        np.testing.assert_allclose(sims[i], q[i] @ corpus[rows].T, rtol=1e-5)
+
+
+def test_a_teachers_scale_and_colbert_similarities(text_corpus):
+    from encoder.data import tokenizer as tokenizer_lib
+    from encoder.jobs import mine
+    from encoder.retrieval import colbert, retriever
+    tok = tokenizer_lib.load(text_corpus[1])
+    cfg = tiny_cfg(vocab_size=tok.vocab_size, max_position=64)
+    task = task_of(head="colbert", colbert_dim=8, learn_temperature=True)
+    _, params, _ = init(task, cfg)
+    run = {"pooling": "mean", "contrastive": dict(head="colbert", colbert_dim=8,
+                                                  temperature=0.1)}
+    src = types.SimpleNamespace(model_cfg=cfg, params=params, tokenizer=tok, run_config=run)
+    assert mine.teacher_scale(src) == pytest.approx(
+        min(np.exp(float(params["logit_scale"])), 100.0), rel=1e-5)
+    plain = types.SimpleNamespace(**{**vars(src), "params": {k: v for k, v in params.items()
+                                                             if k != "logit_scale"}})
+    assert mine.teacher_scale(plain) == pytest.approx(10.0)
+    rows = [{"text_a": "open a file", "text_b": "read the bytes of a file"},
+            {"text_a": "sort a list", "text_b": "return a sorted list"}]
+    negs = [["close the socket", "sort a list in place"], ["parse json"]]
+    got = mine.colbert_similarities(src, rows, negs, "", "", "mean", 32)
+    view = retriever.of_source(src, max_len=32)
+    qv, qm = view.tokens(["sort a list"])
+    dv, dm = view.tokens(["parse json"])
+    assert [len(r) for r in got] == [3, 2]
+    assert got[1][1] == pytest.approx(colbert.maxsim_numpy(qv[0], qm[0], dv[0], dm[0]), abs=1e-5)
