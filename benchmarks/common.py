@@ -47,6 +47,8 @@ def bench_config():
                                          else "bfloat16")
     config.model.attention_impl = FLAGS.attention_impl
     config.model.remat = FLAGS.remat
+    if FLAGS.scan_layers:
+        config.model.scan_layers = FLAGS.scan_layers
     config.data.seq_len = FLAGS.seq_len
     config.data.document_mask = False
     config.train.batch_size = FLAGS.batch_size

@@ -46,6 +46,14 @@ Where the step's time goes (a jax.profiler trace reduced to a table on the machi
   elementwise fusions, other, host gaps) the ms per step and share, and the
   ops that took longest (benchmarks/profile_step.py).
 
+What the compiled step asks of a GPU, without one (XLA's CUDA compiler):
+    python -m encoder bench --mode=program --topology=h200:1 --size=base --seq_len=128
+        --batch_size=256 --dtype=bfloat16 [--dropout=0.1]
+
+  Kernels a step by category, bytes the non-matrix kernels move, copies and
+  transposes around cuDNN attention, the optimizer's kernels
+  (benchmarks/gpu_program.py).
+
 Input pipeline:
     python -m encoder bench --mode=pipeline [--seq_len=128]
 
@@ -88,10 +96,10 @@ from encoder.commands.one_line import one_line_errors
 # benchmarks/ sits beside encoder/ (outside the library, installed with it by pyproject's
 # packages.find): each benchmark declares its own flags
 from benchmarks import compile as compile_bench
-from benchmarks import device, pipeline, prepare, profile_step, step
+from benchmarks import device, gpu_program, pipeline, prepare, profile_step, step
 
 MODES = {"step": step, "pipeline": pipeline, "prepare": prepare, "compile": compile_bench,
-         "device": device, "profile": profile_step}
+         "device": device, "profile": profile_step, "program": gpu_program}
 flags.DEFINE_enum("mode", "step", list(MODES), "what to benchmark (benchmarks/<mode>.py)")
 FLAGS = flags.FLAGS
 # --helpshort lists the benchmarks' own flags too (declared in benchmarks/, not here)
