@@ -46,6 +46,8 @@ ST_DENSE_ACTIVATION = {"cls_tanh": "torch.nn.modules.activation.Tanh",
 
 def head_kind(p: sources.Pretrained, fmt: str) -> str:
     """What HF head the source's parameters make: see the module docstring."""
+    if fmt == "sentence-transformers" and retrieval_export.is_sparse(p.run_config):
+        return "mlm"  # SPLADE: SparseEncoder's MLMTransformer reads a *ForMaskedLM folder
     if fmt in ("sentence-transformers", "pylate"):
         return "base"
     if p.kind == "finetuning":
@@ -244,7 +246,11 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "",
         labels = list(spec.labels)  # regression: one output, num_labels 1, as HF's heads
     length = max_length(p)
     pooling = pooling or pooling_of(p)
-    if fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
+    sparse = fmt == "sentence-transformers" and retrieval_export.is_sparse(p.run_config)
+    if sparse:
+        retrieval_export.check_sparse(p.run_config, params)  # refuse before writing anything
+        params = {k: params[k] for k in ("encoder", "mlm_head")}
+    elif fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
         _pooler_dense(params)  # refuse before writing anything
     dst = os.path.abspath(out)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -260,7 +266,9 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "",
             hf.write_folder(os.path.join(tmp, "generator"), family, _generator_cfg(p),
                             _generator(p.params), "mlm", p.tokenizer, max_length=length)
             folders.append(os.path.join(out, "generator"))
-        if fmt == "sentence-transformers":
+        if sparse:
+            retrieval_export.write_sparse_encoder(tmp, cfg.vocab_size, length, p.run_config)
+        elif fmt == "sentence-transformers":
             write_sentence_transformers(tmp, params, cfg, pooling, length,
                                         retrieval_export.st_config_extra(p.run_config))
         if fmt == "pylate":

@@ -7,6 +7,12 @@
   bias-free Dense projection (1_Dense), and a config that asks PyLate for exactly our
   MaxSim: no [Q]/[D] marker tokens, no query expansion, no skiplist, our lengths; the
   run's text prefixes as prompts.
+* sentence-transformers' SparseEncoder (--format=sentence-transformers of a SPLADE run,
+  contrastive.head=sparse): the encoder with its MLM head as a *ForMaskedLM folder
+  (MLMTransformer), then SpladePooling (max over tokens of log(1 + ReLU)), dot-product
+  similarity, the run's prefixes as prompts: SparseEncoder(OUT) gives our weights. A run
+  whose queries keep only their own terms (sparse_query=terms) is refused: SparseEncoder
+  expands queries as documents.
 """
 import json
 import os
@@ -16,6 +22,40 @@ import numpy as np
 from encoder.retrieval import options
 
 PYLATE_DENSE = "pylate.models.Dense.Dense"
+SPARSE_MODULES = ("sentence_transformers.sparse_encoder.modules.MLMTransformer",
+                  "sentence_transformers.sparse_encoder.modules.SpladePooling")
+
+
+def is_sparse(run_config) -> bool:
+    return options.of_run(run_config).head == "sparse"
+
+
+def check_sparse(run_config, params) -> None:
+    """A SPLADE run SparseEncoder represents exactly: an MLM head, expanded queries."""
+    from encoder.interop.family import Unrepresentable
+    if "mlm_head" not in params:
+        raise Unrepresentable("a sparse (SPLADE) export needs the MLM head (params "
+                              "'mlm_head'), and this checkpoint has none")
+    if options.of_run(run_config).sparse_query != "expand":
+        raise Unrepresentable("contrastive.sparse_query=terms keeps a query's own terms only; "
+                              "sentence-transformers' SparseEncoder expands queries as it "
+                              "expands documents, so its scores would not be this model's")
+
+
+def write_sparse_encoder(out: str, vocab: int, length: int, run_config=None) -> None:
+    """SparseEncoder's modules beside the *ForMaskedLM folder already in `out`."""
+    _write_json(os.path.join(out, "1_SpladePooling", "config.json"), {
+        "pooling_strategy": "max", "activation_function": "relu",
+        "embedding_dimension": int(vocab)})
+    _write_json(os.path.join(out, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": SPARSE_MODULES[0]},
+        {"idx": 1, "name": "1", "path": "1_SpladePooling", "type": SPARSE_MODULES[1]}])
+    _write_json(os.path.join(out, "sentence_bert_config.json"),
+                {"max_seq_length": length, "do_lower_case": False})
+    _write_json(os.path.join(out, "config_sentence_transformers.json"), {
+        "model_type": "SparseEncoder", "similarity_fn_name": "dot",
+        "prompts": st_config_extra(run_config).get("prompts", {}),
+        "default_prompt_name": None})
 
 
 def st_config_extra(run_config) -> dict:
