@@ -45,6 +45,9 @@ flags.DEFINE_bool("random_init", False, "the same architecture and tokenizer fro
                   "initialisation: the control for every pretraining claim")
 flags.DEFINE_string("pooling", "", "fine-tuning pooling (empty: the preset's)")
 flags.DEFINE_string("embedding_pooling", "mean", "pooling for the embedding tasks")
+flags.DEFINE_string("retriever", "", "retrieval tasks scored by each of these methods side by "
+                    "side (quality, bytes per passage, queries/s, SPLADE's terms): a list of "
+                    "bm25, dense, colbert, sparse; empty: the model as it was trained")
 flags.DEFINE_integer("max_train", -1, "training examples per task and seed (-1: preset; 0: all)")
 flags.DEFINE_integer("max_eval", -1, "dev examples / queries per task (-1: preset; 0: all)")
 flags.DEFINE_integer("train_per_class", 0, "few-shot regime: k training examples per class "
@@ -114,10 +117,12 @@ def main(argv):
         embedding_pooling=f.embedding_pooling, max_train=f.max_train, max_eval=f.max_eval,
         train_per_class=f.train_per_class, intermediate=f.intermediate, only=tuple(f.only),
         finetune_set=tuple(f.finetune_set), probe_max_train=f.probe_max_train,
-        probe_only=f.probe_only, launcher=f.launcher,
+        probe_only=f.probe_only, launcher=f.launcher, retriever=f.retriever,
         # a local suite takes --parallel itself; the options are a cluster launcher's
         launcher_options=(launcher_flags.options(f.parallel, job_name="suite")
                           if f.launcher != "local" else None))
+    from encoder.studies.suite import frozen
+    frozen.check_methods(opts)  # --retriever's names, before anything is read
     if f.watch:
         return _watch(opts)
     # The suite's folder: new, empty or an earlier suite's; one suite at a time on it (a

@@ -17,6 +17,7 @@ query_terms and doc_terms (mean non-zero terms), index_bytes, bytes_per_passage,
 queries_per_s (sparse.run_and_costs).
 """
 import dataclasses
+import time
 from typing import Callable
 
 import jax
@@ -26,7 +27,8 @@ from encoder.model import models
 import numpy as np
 import scipy.sparse as sp
 
-from encoder.retrieval import beir, colbert, model as retrieval_model, options as options_lib
+from encoder.retrieval import beir, bm25 as bm25_lib, colbert, model as retrieval_model
+from encoder.retrieval import options as options_lib, search
 from encoder.retrieval import sparse as sparse_lib
 
 RECALL_AT = (1, 10, 100)
@@ -157,6 +159,100 @@ def evaluate(r: Retriever, corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -
         if d != width:
             out[f"ndcg_at_10_dim{d}"] = beir.evaluate_run(runs[d], qrels, ks)["ndcg_at_10"]
     return out
+
+
+# ------------------------------------------------------------------ one method at a time
+
+METHODS = ("bm25", "dense", "colbert", "sparse")  # the suite's --retriever names
+
+
+def as_method(src, method: str, pooling: str = "", max_len: int = 128, batch_size: int = 64,
+              params=None) -> Retriever | None:
+    """The source scored by one method, whatever head it was trained with (None: bm25):
+    dense   its pooled vectors (the run's prefixes and Matryoshka dims);
+    colbert MaxSim over its ColBERT projection, or over its encoder's own unit token
+            vectors when it has none (late interaction without a trained projection);
+    sparse  SPLADE weights from its MLM head (refused without one)."""
+    if method not in METHODS:
+        raise ValueError(f"--retriever={method!r}: expected one of {', '.join(METHODS)}")
+    if method == "bm25":
+        return None
+    view = of_source(src, pooling, max_len, batch_size, params=params)
+    params = src.params if params is None else params
+    if method == "dense":
+        return dataclasses.replace(view, tokens=None, sparse=None)
+    if method == "colbert":
+        tokens = view.tokens or encoder_tokens(src, params, max_len, batch_size)
+        return dataclasses.replace(view, tokens=tokens, sparse=None)
+    if view.sparse is None:  # a dense or ColBERT run read through its MLM head
+        o = options_lib.of_run(src.run_config)
+        view = dataclasses.replace(view, sparse=sparse_encoder(
+            src, params, view.pooling, o.sparse_query, max_len, batch_size),
+            top_terms=o.sparse_top_terms)
+    return dataclasses.replace(view, tokens=None)
+
+
+def encoder_tokens(src, params, max_len: int, batch_size: int = 64):
+    """(texts, prefix) -> ([N, T, D] unit token vectors of the encoder, [N, T] mask)."""
+    from encoder.model.encoder import Encoder
+    enc = Encoder(models.freeze(src.model_cfg))
+    fn = jax.jit(lambda v, b: losses_unit(enc.apply({"params": v}, b["input_ids"],
+                                                    b["segment_ids"], b["attention_mask"])[0]))
+
+    def tokens(texts, prefix=""):
+        arrays = inference.encode_texts(src.tokenizer, [prefix + t for t in texts], max_len)
+        return inference.predict(fn, params["encoder"], arrays, batch_size), \
+            arrays["attention_mask"]
+    return tokens
+
+
+def losses_unit(x):
+    import jax.numpy as jnp
+    x = x.astype(jnp.float32)
+    return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+def evaluate_costs(r: Retriever | None, corpus, queries, qrels, k: int = 100,
+                   ks=RECALL_AT) -> dict:
+    """evaluate's measures and the method's costs: index_bytes and bytes_per_passage (what
+    its index holds: BM25's and SPLADE's postings, dense float32 vectors, ColBERT's float16
+    token vectors, masks and first-stage vectors), queries_per_s (encoding the queries and
+    searching, one process), and SPLADE's non-zero terms. r None: BM25."""
+    doc_texts = [beir.document_text(x) for x in corpus]
+    q_texts, q_ids = [x["text"] for x in queries], [x["_id"] for x in queries]
+    d_ids = [x["_id"] for x in corpus]
+    if r is not None and r.sparse is not None:
+        return evaluate(r, corpus, queries, qrels, k, ks)
+    if r is None:
+        index = bm25_lib.BM25(doc_texts)
+        w = index.weights
+        nbytes = int(w.data.nbytes + w.indices.nbytes + w.indptr.nbytes)
+        start = time.perf_counter()
+        s, i = index.topk(q_texts, k)
+        seconds = time.perf_counter() - start
+        run = beir.run_from_topk(q_ids, d_ids, s, i)
+        out = beir.evaluate_run(run, qrels, ks)
+    elif r.tokens is not None:
+        dv, dm = r.tokens(doc_texts, r.passage_prefix)
+        index = colbert.build_index(d_ids, list(dv), list(dm))
+        nbytes = int(sum(a.nbytes + m.nbytes for _, a, m in index.blocks)
+                     + index.centroids.nbytes)
+        start = time.perf_counter()
+        qv, qm = r.tokens(q_texts, r.query_prefix)
+        ids, scores = colbert.search(index, qv, qm, k)
+        seconds = time.perf_counter() - start
+        out = beir.evaluate_run({q: dict(zip(i, s)) for q, i, s in zip(q_ids, ids, scores)},
+                                qrels, ks)
+    else:
+        docs = r.encode_docs(doc_texts)
+        nbytes = int(np.asarray(docs, np.float32).nbytes)
+        start = time.perf_counter()
+        qv = r.encode_queries(q_texts)
+        s, i = search.exact_topk(beir._unit(qv), beir._unit(docs), k)
+        seconds = time.perf_counter() - start
+        out = beir.evaluate_run(beir.run_from_topk(q_ids, d_ids, s, i), qrels, ks)
+    return {**out, "index_bytes": nbytes, "bytes_per_passage": nbytes / max(len(corpus), 1),
+            "queries_per_s": len(queries) / max(seconds, 1e-9)}
 
 
 def bm25_scores(corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -> dict:

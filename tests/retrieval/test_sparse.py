@@ -177,3 +177,42 @@ def test_a_sparse_head_is_scored_by_its_index_with_its_costs(beir_task):
                               for i, x in enumerate(queries)}, qrels, retriever.RECALL_AT)
     assert got["ndcg_at_10"] == pytest.approx(want["ndcg_at_10"])
     assert got["doc_terms"] == pytest.approx(float(np.mean(np.diff(d.indptr))))
+
+
+def test_the_suites_retriever_table_scores_each_method_side_by_side(beir_task, tmp_path):
+    import json
+    from encoder.studies.suite import frozen
+    from encoder.studies.suite.options import SuiteOptions
+    corpus, queries, qrels, tok = beir_task
+    folder = tmp_path / "task"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(
+        f"{q}\t{d}\t1\n" for q, rel in qrels.items() for d in rel))
+    files = {"corpus": str(folder / "corpus.jsonl"), "queries": str(folder / "queries.jsonl"),
+             "qrels": str(folder / "qrels" / "test.tsv")}
+    task = types.SimpleNamespace(name="tiny_retrieval", files=files)
+    cfg = tiny_cfg(vocab_size=tok.vocab_size, max_position=64)
+    _, params, _ = init(task_of(head="sparse"), cfg)
+    src = types.SimpleNamespace(model_cfg=cfg, params=params, tokenizer=tok,
+                                run_config={"pooling": "mean", "contrastive": {}})
+    opts = SuiteOptions(init_from="x", workdir=str(tmp_path), retriever="bm25,dense,colbert,sparse")
+    frozen.check_methods(opts)
+    with pytest.raises(ValueError, match="expected a comma-separated list"):
+        frozen.check_methods(SuiteOptions(init_from="x", workdir="w", retriever="dense,splade"))
+    (tmp_path / "embeddings" / "tiny_retrieval").mkdir(parents=True)
+    table = frozen.retriever_table(task, src, opts, {"max_eval": 0}, 32, 0, str(tmp_path),
+                                   {"k": 1})
+    assert list(table) == ["bm25", "dense", "colbert", "sparse"]
+    for m in table.values():
+        assert 0 <= m["ndcg_at_10"] <= 1 and m["bytes_per_passage"] > 0
+        assert m["queries_per_s"] > 0
+    assert table["sparse"]["doc_terms"] > 0 and "doc_terms" not in table["dense"]
+    # dense: float32 vectors of the model's width; BM25 a row of the exact measures
+    assert table["dense"]["bytes_per_passage"] == 4 * cfg.hidden_size
+    from encoder.retrieval import beir
+    assert table["bm25"]["ndcg_at_10"] == pytest.approx(
+        beir.evaluate_bm25(corpus, queries, qrels)["ndcg_at_10"])
+    md = (tmp_path / "embeddings" / "tiny_retrieval" / "retrievers.md").read_text()
+    assert md.count("\n| ") == 5 and "terms/doc" in md

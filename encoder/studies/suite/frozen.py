@@ -37,6 +37,12 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
                    "scoring": SCORING if task.kind == "retrieval" else None,
                    "model": _model_key(source), "data": (task_files or {}).get(task.name)}
 
+            if task.kind == "retrieval" and opts.retriever:
+                table = retriever_table(task, src, opts, preset, max_len, seed, root, key)
+                raw = {k: v for k, v in table[methods(opts)[0]].items() if k not in COSTS}
+                rows.append(_row(task, seed, raw, preset, root, source, task_files))
+                continue
+
             def compute(task=task, seed=seed, max_len=max_len):
                 params = probe.random_params(src.model_cfg, seed) if opts.random_init \
                     else src.params
@@ -50,13 +56,74 @@ def embedding_rows(tasks: list, src, preset: dict, opts: SuiteOptions, root: str
                 return embedding.evaluate(task, encode, preset["max_eval"], view)
             raw = embedding.cached(os.path.join(root, "embeddings", task.name, f"{seed}.json"),
                                    key, compute)
-            rows.append({**report.row(task, None, seed,
-                                      {k: report.percent(k, v) for k, v in raw.items()},
-                                      preset["average"],
-                                      os.path.join(root, "embeddings", task.name)),
-                         "inputs": {"source": source,
-                                    "data": (task_files or {}).get(task.name)}, "via": ""})
+            rows.append(_row(task, seed, raw, preset, root, source, task_files))
     return rows
+
+
+def _row(task, seed, raw, preset, root, source, task_files) -> dict:
+    return {**report.row(task, None, seed, {k: report.percent(k, v) for k, v in raw.items()},
+                         preset["average"], os.path.join(root, "embeddings", task.name)),
+            "inputs": {"source": source, "data": (task_files or {}).get(task.name)}, "via": ""}
+
+
+# --retriever: a retrieval task scored by each named method, side by side (retriever.py's
+# as_method and evaluate_costs); the task's row in the suite's table is the first method's.
+COSTS = ("index_bytes", "bytes_per_passage", "queries_per_s", "query_terms", "doc_terms")
+TABLE_COLUMNS = (("ndcg_at_10", "nDCG@10", 100), ("recall_at_100", "R@100", 100),
+                 ("bytes_per_passage", "bytes/passage", 1), ("queries_per_s", "queries/s", 1),
+                 ("query_terms", "terms/query", 1), ("doc_terms", "terms/doc", 1))
+
+
+def methods(opts: SuiteOptions) -> list:
+    return [m.strip() for m in opts.retriever.split(",") if m.strip()]
+
+
+def check_methods(opts: SuiteOptions) -> None:
+    """--retriever's names, before anything is read or scored."""
+    from encoder.retrieval import retriever
+    bad = [m for m in methods(opts) if m not in retriever.METHODS]
+    if bad or (opts.retriever and not methods(opts)):
+        raise ValueError(f"--retriever={opts.retriever!r}: expected a comma-separated list of "
+                         f"{', '.join(retriever.METHODS)}")
+
+
+def retriever_table(task, src, opts: SuiteOptions, preset: dict, max_len: int, seed: int,
+                    root: str, key: dict) -> dict:
+    """{method: measures and costs} of one retrieval task, each method cached on its own
+    (OUT/embeddings/TASK/SEED.METHOD.json), the table written beside as retrievers.md and
+    retrievers.json and printed."""
+    from encoder.jobs import probe
+    from encoder.retrieval import retriever
+    folder = os.path.join(root, "embeddings", task.name)
+    table = {}
+    for method in methods(opts):
+        def compute(method=method):
+            params = probe.random_params(src.model_cfg, seed) if opts.random_init \
+                else src.params
+            view = retriever.as_method(src, method, opts.embedding_pooling, max_len,
+                                       params=params)
+            data = embedding.read_retrieval(task.files, preset["max_eval"])
+            return retriever.evaluate_costs(view, *data, ks=embedding.RECALL_AT)
+        table[method] = embedding.cached(os.path.join(folder, f"{seed}.{method}.json"),
+                                         {**key, "method": method}, compute)
+    with open(os.path.join(folder, "retrievers.json"), "w") as f:
+        json.dump(table, f, indent=1)
+    text = retriever_markdown(task.name, table)
+    with open(os.path.join(folder, "retrievers.md"), "w") as f:
+        f.write(text)
+    print(text, flush=True)
+    return table
+
+
+def retriever_markdown(name: str, table: dict) -> str:
+    """One line per method: quality, index size, query speed, terms (SPLADE)."""
+    head = "| " + " | ".join(["method"] + [t for _, t, _ in TABLE_COLUMNS]) + " |"
+    lines = [f"### {name}: one method per row", "", head,
+             "|" + "---|" * (1 + len(TABLE_COLUMNS))]
+    for method, m in table.items():
+        cells = [f"{m[k] * scale:.2f}" if k in m else "" for k, _, scale in TABLE_COLUMNS]
+        lines.append("| " + " | ".join([method] + cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 PROBE_MAX_TOKENS = 20000  # training words per tagging probe (a seeded draw)

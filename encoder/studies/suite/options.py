@@ -32,6 +32,8 @@ class SuiteOptions:
     launcher: str = "local"        # where the fine-tuning runs execute (studies/launchers/)
     launcher_options: dict | None = None  # the launcher's own options (slurm: partition, ...)
     baseline: str = ""             # a method with no model instead (suite/baseline.py)
+    retriever: str = ""            # retrieval tasks: "bm25,dense,colbert,sparse" side by side
+    #                                (frozen.py; "": the model as it was trained)
 
 
 def check_grid(opts: SuiteOptions) -> None:
@@ -51,7 +53,7 @@ def check_grid(opts: SuiteOptions) -> None:
 # Options that only mean something for a model: a baseline run refuses them.
 MODEL_ONLY = ("init_from", "learning_rates", "epochs", "parallel", "probe", "random_init",
               "pooling", "embedding_pooling", "intermediate", "finetune_set",
-              "probe_max_train", "probe_only", "launcher", "launcher_options")
+              "probe_max_train", "probe_only", "launcher", "launcher_options", "retriever")
 
 
 def resolve_preset(opts: SuiteOptions, hidden_size: int) -> dict:
