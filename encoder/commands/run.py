@@ -70,7 +70,7 @@ JOBS = {"pretrain": _pretrain, "finetune": _finetune, "evaluate": _evaluate, "em
 RESUMABLE = ("pretrain", "finetune")  # a stopped run of these resumes from its checkpoint
 
 
-def _report(mode: str, result: dict, objective: str = "mlm") -> None:
+def _report(mode: str, result: dict, config) -> None:
     """The result's JSON; pretraining's held-out figures beside their baselines, last."""
     if mode != "pretrain":
         print(json.dumps(result, indent=1))
@@ -79,7 +79,7 @@ def _report(mode: str, result: dict, objective: str = "mlm") -> None:
         "step", "train/loss", "parameters")}
     print(json.dumps(summary, indent=1))
     from encoder.objectives import objectives  # the objective's own lines (its table row)
-    for line in objectives.OBJECTIVES[objective].summary(result):
+    for line in objectives.summary(config, result):
         print(line)
 
 
@@ -107,7 +107,7 @@ def _run(argv):
         print(f"stopped at step {result.get('step')} (checkpoint saved); run the same command "
               "again to resume", flush=True)
         raise SystemExit(errors.STOPPED_EXIT_CODE)
-    _report(mode, result, config.get("objective", "mlm"))
+    _report(mode, result, config)
 
 
 def _launch() -> None:

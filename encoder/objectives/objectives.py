@@ -52,6 +52,11 @@ OBJECTIVES: dict[str, Objective] = {
 PAIR_TASKS = ("none", "nsp", "sop")
 
 
+def summary(config, result: dict) -> list[str]:
+    """The closing lines of a pretraining run's result, as its objective writes them."""
+    return list(OBJECTIVES[config.objective].summary(result))
+
+
 def validate(config) -> None:
     """Checks a pretraining config's model, pooling, objective and masking before compiling."""
     models.validate_config(config.model, config.data.seq_len)
