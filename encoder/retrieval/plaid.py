@@ -1,0 +1,205 @@
+"""A compressed late-interaction index (ColBERTv2's residual compression, PLAID's search).
+
+Build (Santhanam et al. 2022, ColBERTv2 §3.3): every real token vector of the corpus
+(unit, K wide) is assigned to its nearest of C centroids (spherical k-means seeded by k-means++, run on a
+sample of the tokens, each step one jitted matmul over a chunk); its residual (vector
+minus centroid) is cut into 2^b buckets per coordinate by cutoffs at the quantiles of all
+residual coordinates, and each bucket is read back as the mean value that quantile range
+holds (its `weights`). A token is stored as its centroid id (uint16 up to 65,536
+centroids, else int32) plus K b-bit bucket ids packed into bytes: K b / 8 + 2 bytes
+instead of 4 K (float32), e.g. 34 bytes for K = 128 at 2 bits, 15x smaller.
+
+Search (Santhanam et al. 2022, PLAID §4), for each query:
+  1. candidates: the documents holding a token in one of the `nprobe` centroids nearest to
+     any query token (an inverted list centroid -> documents);
+  2. centroid interaction: each candidate scored by MaxSim with every token replaced by its
+     centroid; the best `ndocs` kept;
+  3. re-ranking: their tokens decompressed (centroid + bucket weights, re-normalised) and
+     scored by exact MaxSim; the top k returned.
+Recall against colbert.py's exact search is what the tests and the notes measure.
+
+Axes: M tokens of the corpus, C centroids, K token width, N documents, Tq query tokens.
+"""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def _unit(x):
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
+@jax.jit
+def _assign(x, c):
+    """Nearest centroid by inner product of unit vectors: ([M] ids, [M] scores)."""
+    s = jnp.einsum("mk,ck->mc", x, c, precision=jax.lax.Precision.HIGHEST)
+    return jnp.argmax(s, axis=1).astype(jnp.int32), jnp.max(s, axis=1)
+
+
+def assign(x: np.ndarray, c: np.ndarray, chunk: int = 65536) -> np.ndarray:
+    out = [np.asarray(_assign(jnp.asarray(x[s:s + chunk]), jnp.asarray(c))[0])
+           for s in range(0, len(x), chunk)]
+    return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+
+def plus_plus(x: np.ndarray, n: int, rng) -> np.ndarray:
+    """k-means++ seeding (Arthur & Vassilvitskii 2007) on cosine distance 1 - <x, c>, over at
+    most 64 n of the rows: each next centroid drawn with probability ~ distance^2."""
+    if len(x) > 64 * n:
+        x = x[rng.choice(len(x), 64 * n, replace=False)]
+    c = [x[rng.integers(len(x))]]
+    dist = np.maximum(1.0 - x @ c[0], 0.0)
+    for _ in range(1, n):
+        p = dist ** 2
+        total = p.sum()
+        j = rng.choice(len(x), p=p / total) if total > 0 else rng.integers(len(x))
+        c.append(x[j])
+        dist = np.minimum(dist, np.maximum(1.0 - x @ x[j], 0.0))
+    return np.asarray(c, np.float32)
+
+
+def kmeans(x: np.ndarray, n: int, iters: int = 10, seed: int = 0,
+           sample: int = 262144) -> np.ndarray:
+    """[n, K] unit centroids by spherical k-means on (a sample of) the unit rows of x."""
+    rng = np.random.default_rng(seed)
+    if len(x) > sample:
+        x = x[rng.choice(len(x), sample, replace=False)]
+    n = min(n, len(x))
+    c = plus_plus(x, n, rng)
+    for _ in range(iters):
+        ids = assign(x, c)
+        sums = np.zeros_like(c)
+        np.add.at(sums, ids, x)
+        empty = np.linalg.norm(sums, axis=1) == 0
+        sums[empty] = c[empty]  # an empty cluster keeps its centroid
+        c = _unit(sums)
+    return c
+
+
+def pack(buckets: np.ndarray, bits: int) -> np.ndarray:
+    """[M, K] bucket ids < 2^bits -> [M, K bits / 8] uint8 (K bits a multiple of 8)."""
+    per = 8 // bits
+    b = buckets.astype(np.uint8).reshape(len(buckets), -1, per)
+    shifts = (np.arange(per) * bits).astype(np.uint8)
+    return np.bitwise_or.reduce(b << shifts, axis=2).astype(np.uint8)
+
+
+def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
+    per = 8 // bits
+    shifts = (np.arange(per) * bits).astype(np.uint8)
+    out = (packed[:, :, None] >> shifts) & np.uint8((1 << bits) - 1)
+    return out.reshape(len(packed), -1)
+
+
+@dataclasses.dataclass
+class Index:
+    ids: list                  # document ids, in corpus order
+    centroids: np.ndarray      # [C, K] float32
+    codes: np.ndarray          # [M] uint16 / int32: each token's centroid
+    residuals: np.ndarray      # [M, K bits / 8] uint8: packed bucket ids
+    cutoffs: np.ndarray        # [2^b - 1] bucket boundaries of a residual coordinate
+    weights: np.ndarray        # [2^b] the value each bucket decodes to
+    bits: int
+    doc_of: np.ndarray         # [M] int32: each token's document
+    starts: np.ndarray         # [N + 1] each document's first token
+    ivf: list                  # C arrays: the documents holding a token of centroid c
+
+    @property
+    def nbytes(self) -> int:
+        """What the search keeps in memory per corpus: codes, residuals, token -> document
+        map and offsets, centroids, buckets, inverted lists."""
+        return int(self.codes.nbytes + self.residuals.nbytes + self.doc_of.nbytes
+                   + self.starts.nbytes + self.centroids.nbytes + self.cutoffs.nbytes
+                   + self.weights.nbytes + sum(a.nbytes for a in self.ivf))
+
+    @property
+    def bytes_per_token(self) -> float:
+        """The per-token part: centroid id + packed residual."""
+        m = max(len(self.codes), 1)
+        return (self.codes.nbytes + self.residuals.nbytes) / m
+
+    def decompress(self, rows: np.ndarray) -> np.ndarray:
+        """[R, K] unit vectors of the given token rows."""
+        res = self.weights[unpack(self.residuals[rows], self.bits)]
+        return _unit(self.centroids[self.codes[rows]] + res).astype(np.float32)
+
+
+def build(ids: list, vectors: list, masks: list, n_centroids: int = 0, bits: int = 2,
+          iters: int = 10, seed: int = 0) -> Index:
+    """An Index of per-document token vectors ([Td_i, K] unit) and masks ([Td_i]).
+    n_centroids 0: 2^floor(log2(16 sqrt(M))) (ColBERTv2's rule)."""
+    if bits not in (1, 2, 4, 8):
+        raise ValueError(f"bits must be 1, 2, 4 or 8, got {bits}")
+    real = [np.asarray(v, np.float32)[np.asarray(m) > 0] for v, m in zip(vectors, masks)]
+    lens = np.asarray([len(r) for r in real], np.int64)
+    x = _unit(np.concatenate(real)) if len(real) else np.zeros((0, 1), np.float32)
+    if x.shape[1] * bits % 8:
+        raise ValueError(f"token width {x.shape[1]} x {bits} bits is not a whole number of "
+                         "bytes")
+    if not n_centroids:
+        n_centroids = int(2 ** np.floor(np.log2(16 * np.sqrt(max(len(x), 1)))))
+    c = kmeans(x, n_centroids, iters, seed)
+    codes = assign(x, c)
+    res = x - c[codes]
+    levels = 1 << bits
+    flat = res.ravel()
+    cutoffs = np.quantile(flat, np.arange(1, levels) / levels).astype(np.float32)
+    buckets = np.searchsorted(cutoffs, res, side="right")
+    weights = np.asarray([flat[(np.searchsorted(cutoffs, flat, side="right") == b)].mean()
+                          if np.any(np.searchsorted(cutoffs, flat, side="right") == b)
+                          else 0.0 for b in range(levels)], np.float32)
+    doc_of = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(c) + 1))
+    ivf = [np.unique(doc_of[order[bounds[j]:bounds[j + 1]]]).astype(np.int32)
+           for j in range(len(c))]
+    dtype = np.uint16 if len(c) <= 1 << 16 else np.int32
+    return Index(list(ids), c.astype(np.float32), codes.astype(dtype), pack(buckets, bits),
+                 cutoffs, weights, bits, doc_of,
+                 np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), ivf)
+
+
+def _maxsim_per_doc(sims: np.ndarray, doc_of: np.ndarray, n_docs: int) -> np.ndarray:
+    """[Tq, R] query-token x token similarities -> [n_docs] sum over query tokens of the
+    max over each document's tokens (doc_of: [R] document index 0..n_docs-1)."""
+    best = np.full((sims.shape[0], n_docs), -np.inf, np.float32)
+    np.maximum.at(best.T, doc_of, sims.T)
+    return np.sum(np.where(np.isfinite(best), best, 0.0), axis=0)
+
+
+def search(index: Index, qv: np.ndarray, qm: np.ndarray, k: int = 10, nprobe: int = 4,
+           ndocs: int = 256):
+    """Each query's top-k (ids [Q] lists, scores [Q] lists) by the three stages above."""
+    out_ids, out_scores = [], []
+    for v, m in zip(np.asarray(qv, np.float32), np.asarray(qm)):
+        q = _unit(v[m > 0])                                              # [Tq, K]
+        cs = q @ index.centroids.T                                       # [Tq, C]
+        probe = np.unique(np.argsort(-cs, axis=1)[:, :nprobe])
+        cand = np.unique(np.concatenate([index.ivf[c] for c in probe])) if len(probe) else \
+            np.zeros(0, np.int32)
+        if not len(cand):
+            out_ids.append([])
+            out_scores.append([])
+            continue
+        rows = np.concatenate([np.arange(index.starts[d], index.starts[d + 1]) for d in cand])
+        local = np.repeat(np.arange(len(cand)), np.diff(index.starts)[cand])
+        approx = _maxsim_per_doc(cs[:, index.codes[rows]], local, len(cand))
+        keep = np.argsort(-approx, kind="stable")[:ndocs]
+        keep_docs = cand[keep]
+        rows = np.concatenate([np.arange(index.starts[d], index.starts[d + 1])
+                               for d in keep_docs])
+        local = np.repeat(np.arange(len(keep_docs)), np.diff(index.starts)[keep_docs])
+        exact = _maxsim_per_doc(q @ index.decompress(rows).T, local, len(keep_docs))
+        top = np.argsort(-exact, kind="stable")[:k]
+        out_ids.append([index.ids[keep_docs[j]] for j in top])
+        out_scores.append([float(exact[j]) for j in top])
+    return out_ids, out_scores
+
+
+def recall_against(exact_ids: list, approx_ids: list, k: int = 10) -> float:
+    """Mean over queries of |top-k approx & top-k exact| / |top-k exact|."""
+    vals = [len(set(a[:k]) & set(e[:k])) / max(len(e[:k]), 1)
+            for e, a in zip(exact_ids, approx_ids)]
+    return float(np.mean(vals)) if vals else 0.0
