@@ -47,7 +47,8 @@ flags.DEFINE_string("pooling", "", "fine-tuning pooling (empty: the preset's)")
 flags.DEFINE_string("embedding_pooling", "mean", "pooling for the embedding tasks")
 flags.DEFINE_string("retriever", "", "retrieval tasks scored by each of these methods side by "
                     "side (quality, bytes per passage, queries/s, SPLADE's terms): a list of "
-                    "bm25, dense, colbert, sparse; empty: the model as it was trained")
+                    "bm25, dense, colbert, plaid (ColBERT, compressed), sparse; empty: the model as "
+                    "it was trained")
 flags.DEFINE_integer("max_train", -1, "training examples per task and seed (-1: preset; 0: all)")
 flags.DEFINE_integer("max_eval", -1, "dev examples / queries per task (-1: preset; 0: all)")
 flags.DEFINE_integer("train_per_class", 0, "few-shot regime: k training examples per class "

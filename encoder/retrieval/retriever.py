@@ -46,6 +46,7 @@ class Retriever:
     pooling: str = "mean"
     sparse: Callable | None = None  # SPLADE: (texts, prefix, query) -> CSR weights [N, V]
     top_terms: int = 0              # SPLADE: each document's largest terms kept in the index
+    compressed: bool = False        # ColBERT tokens searched in plaid.py's compressed index
 
 
 def of_source(src, pooling: str = "", max_len: int = 128, batch_size: int = 64,
@@ -163,7 +164,9 @@ def evaluate(r: Retriever, corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -
 
 # ------------------------------------------------------------------ one method at a time
 
-METHODS = ("bm25", "dense", "colbert", "sparse")  # the suite's --retriever names
+# the suite's --retriever names; plaid: the ColBERT tokens in plaid.py's compressed index
+METHODS = ("bm25", "dense", "colbert", "plaid", "sparse")
+PLAID = dict(bits=2, nprobe=4, ndocs=256)  # the suite's compressed index: 2-bit residuals
 
 
 def as_method(src, method: str, pooling: str = "", max_len: int = 128, batch_size: int = 64,
@@ -181,9 +184,10 @@ def as_method(src, method: str, pooling: str = "", max_len: int = 128, batch_siz
     params = src.params if params is None else params
     if method == "dense":
         return dataclasses.replace(view, tokens=None, sparse=None)
-    if method == "colbert":
+    if method in ("colbert", "plaid"):
         tokens = view.tokens or encoder_tokens(src, params, max_len, batch_size)
-        return dataclasses.replace(view, tokens=tokens, sparse=None)
+        return dataclasses.replace(view, tokens=tokens, sparse=None,
+                                   compressed=method == "plaid")
     if view.sparse is None:  # a dense or ColBERT run read through its MLM head
         o = options_lib.of_run(src.run_config)
         view = dataclasses.replace(view, sparse=sparse_encoder(
@@ -232,6 +236,8 @@ def evaluate_costs(r: Retriever | None, corpus, queries, qrels, k: int = 100,
         seconds = time.perf_counter() - start
         run = beir.run_from_topk(q_ids, d_ids, s, i)
         out = beir.evaluate_run(run, qrels, ks)
+    elif r.tokens is not None and r.compressed:
+        return plaid_costs(r, corpus, queries, qrels, k, ks)
     elif r.tokens is not None:
         dv, dm = r.tokens(doc_texts, r.passage_prefix)
         index = colbert.build_index(d_ids, list(dv), list(dm))
@@ -252,6 +258,28 @@ def evaluate_costs(r: Retriever | None, corpus, queries, qrels, k: int = 100,
         seconds = time.perf_counter() - start
         out = beir.evaluate_run(beir.run_from_topk(q_ids, d_ids, s, i), qrels, ks)
     return {**out, "index_bytes": nbytes, "bytes_per_passage": nbytes / max(len(corpus), 1),
+            "queries_per_s": len(queries) / max(seconds, 1e-9)}
+
+
+def plaid_costs(r: Retriever, corpus, queries, qrels, k: int = 100, ks=RECALL_AT) -> dict:
+    """The compressed index's measures and costs, and recall_vs_exact_at_10: how much of
+    exact MaxSim's top 10 (colbert.py over the same token vectors) it finds."""
+    from encoder.retrieval import plaid
+    d_ids, q_ids = [x["_id"] for x in corpus], [x["_id"] for x in queries]
+    dv, dm = r.tokens([beir.document_text(x) for x in corpus], r.passage_prefix)
+    index = plaid.build(d_ids, list(dv), list(dm), bits=PLAID["bits"])
+    start = time.perf_counter()
+    qv, qm = r.tokens([x["text"] for x in queries], r.query_prefix)
+    ids, scores = plaid.search(index, qv, qm, k, PLAID["nprobe"], PLAID["ndocs"])
+    seconds = time.perf_counter() - start
+    exact = colbert.search(colbert.build_index(d_ids, list(dv), list(dm)), qv, qm, 10)[0]
+    out = beir.evaluate_run({q: dict(zip(i, s)) for q, i, s in zip(q_ids, ids, scores)},
+                            qrels, ks)
+    return {**out, "index_bytes": index.nbytes,
+            "bytes_per_passage": index.nbytes / max(len(corpus), 1),
+            "bytes_per_token": index.bytes_per_token,
+            "float32_bytes_per_token": 4.0 * index.centroids.shape[1],
+            "recall_vs_exact_at_10": plaid.recall_against(exact, ids, 10),
             "queries_per_s": len(queries) / max(seconds, 1e-9)}
 
 

@@ -197,14 +197,15 @@ def test_the_suites_retriever_table_scores_each_method_side_by_side(beir_task, t
     _, params, _ = init(task_of(head="sparse"), cfg)
     src = types.SimpleNamespace(model_cfg=cfg, params=params, tokenizer=tok,
                                 run_config={"pooling": "mean", "contrastive": {}})
-    opts = SuiteOptions(init_from="x", workdir=str(tmp_path), retriever="bm25,dense,colbert,sparse")
+    opts = SuiteOptions(init_from="x", workdir=str(tmp_path),
+                        retriever="bm25,dense,colbert,plaid,sparse")
     frozen.check_methods(opts)
     with pytest.raises(ValueError, match="expected a comma-separated list"):
         frozen.check_methods(SuiteOptions(init_from="x", workdir="w", retriever="dense,splade"))
     (tmp_path / "embeddings" / "tiny_retrieval").mkdir(parents=True)
     table = frozen.retriever_table(task, src, opts, {"max_eval": 0}, 32, 0, str(tmp_path),
                                    {"k": 1})
-    assert list(table) == ["bm25", "dense", "colbert", "sparse"]
+    assert list(table) == ["bm25", "dense", "colbert", "plaid", "sparse"]
     for m in table.values():
         assert 0 <= m["ndcg_at_10"] <= 1 and m["bytes_per_passage"] > 0
         assert m["queries_per_s"] > 0
@@ -215,4 +216,6 @@ def test_the_suites_retriever_table_scores_each_method_side_by_side(beir_task, t
     assert table["bm25"]["ndcg_at_10"] == pytest.approx(
         beir.evaluate_bm25(corpus, queries, qrels)["ndcg_at_10"])
     md = (tmp_path / "embeddings" / "tiny_retrieval" / "retrievers.md").read_text()
-    assert md.count("\n| ") == 5 and "terms/doc" in md
+    assert md.count("\n| ") == 6 and "terms/doc" in md
+    assert 0 < table["plaid"]["recall_vs_exact_at_10"] <= 1
+    assert table["plaid"]["bytes_per_token"] < table["plaid"]["float32_bytes_per_token"] / 8

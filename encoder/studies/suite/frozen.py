@@ -68,10 +68,12 @@ def _row(task, seed, raw, preset, root, source, task_files) -> dict:
 
 # --retriever: a retrieval task scored by each named method, side by side (retriever.py's
 # as_method and evaluate_costs); the task's row in the suite's table is the first method's.
-COSTS = ("index_bytes", "bytes_per_passage", "queries_per_s", "query_terms", "doc_terms")
+COSTS = ("index_bytes", "bytes_per_passage", "queries_per_s", "query_terms", "doc_terms",
+         "bytes_per_token", "float32_bytes_per_token", "recall_vs_exact_at_10")
 TABLE_COLUMNS = (("ndcg_at_10", "nDCG@10", 100), ("recall_at_100", "R@100", 100),
                  ("bytes_per_passage", "bytes/passage", 1), ("queries_per_s", "queries/s", 1),
-                 ("query_terms", "terms/query", 1), ("doc_terms", "terms/doc", 1))
+                 ("query_terms", "terms/query", 1), ("doc_terms", "terms/doc", 1),
+                 ("recall_vs_exact_at_10", "R@10 vs exact", 1))
 
 
 def methods(opts: SuiteOptions) -> list:

@@ -32,7 +32,7 @@ class SuiteOptions:
     launcher: str = "local"        # where the fine-tuning runs execute (studies/launchers/)
     launcher_options: dict | None = None  # the launcher's own options (slurm: partition, ...)
     baseline: str = ""             # a method with no model instead (suite/baseline.py)
-    retriever: str = ""            # retrieval tasks: "bm25,dense,colbert,sparse" side by side
+    retriever: str = ""            # retrieval tasks: "bm25,dense,colbert,plaid,sparse"
     #                                (frozen.py; "": the model as it was trained)
 
 
