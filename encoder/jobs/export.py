@@ -29,7 +29,7 @@ import numpy as np
 
 from encoder import errors
 from encoder.checkpoints import sources
-from encoder.interop import hf
+from encoder.interop import hf, origin
 from encoder.interop.family import Unrepresentable
 from encoder.model.encoder import encoder_params
 from encoder.retrieval import export as retrieval_export
@@ -67,13 +67,48 @@ def pooling_of(p: sources.Pretrained) -> str:
     return run.get("pooling", "cls") if run is not None else "cls"
 
 
-def max_length(p: sources.Pretrained) -> int:
+def sentence_rule(p: sources.Pretrained, given: str, record: dict | None
+                  ) -> tuple[str, bool, str]:
+    """(pooling rule, Normalize or not, whose choice it is) of a sentence-transformers
+    export: --pooling; a fine-tuning run's own rule; else the source's modules (an HF
+    folder, or the record its import or a run continued from it kept:
+    encoder/interop/origin.py), Normalize as the source has it; else the run's rule (cls
+    by default)."""
+    if given:
+        return given, True, "--pooling's"
+    run = p.run_config
+    if run is not None and run.get("mode", "pretrain") == "finetune":
+        return pooling_of(p), True, "the run's; --pooling to choose"
+    st = (record or {}).get("sentence_transformers")
+    if st and st.get("unsupported"):
+        raise Unrepresentable(
+            f"the source {record['source']} is a sentence-transformers model with modules "
+            f"this export cannot reproduce ({', '.join(st['unsupported'])}); give "
+            "--pooling=RULE to export with one of this codebase's rules knowingly")
+    if st and st.get("pooling"):
+        kept = " kept through this run" if run is not None else ""
+        return st["pooling"], bool(st.get("normalize")), (
+            f"the source's{kept}: {record['source']}/modules.json"
+            + ("" if st.get("normalize") else ", no Normalize") + "; --pooling to choose")
+    if run is None:
+        return "cls", True, ("the default: the source names no pooling rule; --pooling to "
+                             "choose")
+    return pooling_of(p), True, "the run's; --pooling to choose"
+
+
+def max_length(p: sources.Pretrained, record: dict | None = None) -> int:
+    """The tokenizer's model_max_length: the run's length, or the source's where its
+    positions were trained further (a run continued from a 512-token model at 128 still
+    reads 512), never past the model's positions."""
+    positions = int(p.model_cfg.max_position)
+    source = (record or {}).get("model_max_length")
+    source = min(int(source), positions) if source else 0
     run = p.run_config
     if run is not None and "data" in run:
         length = run.data.get("max_seq_len") or run.data.get("seq_len")
         if length:
-            return int(length)
-    return int(p.model_cfg.max_position)
+            return max(int(length), source)
+    return source or positions
 
 
 def _discriminator(params) -> dict:
@@ -101,12 +136,12 @@ def _pooler_dense(params) -> dict:
 
 
 def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int,
-                                extra: dict | None = None) -> None:
+                                extra: dict | None = None, normalize: bool = True) -> None:
     """sentence-transformers' modules: Transformer -> Pooling (-> Dense tanh) -> Normalize.
 
-    Our embed job and Embedder L2-normalise the pooled vector, so Normalize is
-    always last; cls_tanh / cls_gelu (a [CLS] pooler with parameters) are written as a
-    Dense module with Tanh / GELU.
+    Our embed job and Embedder L2-normalise the pooled vector, so Normalize is last
+    (normalize=False: none, as a source without one had); cls_tanh / cls_gelu (a [CLS]
+    pooler with parameters) are written as a Dense module with Tanh / GELU.
     """
     from safetensors.numpy import save_file
     if pooling not in ST_POOLING:
@@ -130,8 +165,9 @@ def write_sentence_transformers(out: str, params, cfg, pooling: str, length: int
                    "linear.bias": np.ascontiguousarray(dense["bias"])},
                   os.path.join(folder, "model.safetensors"))
         modules.append(("sentence_transformers.models.Dense", "2_Dense"))
-    modules.append(("sentence_transformers.models.Normalize", f"{len(modules)}_Normalize"))
-    os.makedirs(os.path.join(out, modules[-1][1]), exist_ok=True)
+    if normalize:
+        modules.append(("sentence_transformers.models.Normalize", f"{len(modules)}_Normalize"))
+        os.makedirs(os.path.join(out, modules[-1][1]), exist_ok=True)
     _write_json(os.path.join(out, "modules.json"), [
         {"idx": i, "name": str(i), "path": path, "type": kind}
         for i, (kind, path) in enumerate(modules)])
@@ -244,11 +280,23 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "",
     problem = spec.problem if kind == "sequence" else ""
     if spec.labels is not None:
         labels = list(spec.labels)  # regression: one output, num_labels 1, as HF's heads
-    length = max_length(p)
-    pooling = pooling or pooling_of(p)
+    record, pooler = origin.of_source(source)  # what the source was (interop/origin.py)
+    length = max_length(p, record)
     sparse = fmt == "sentence-transformers" and retrieval_export.is_sparse(p.run_config)
+    st_length, normalize, chosen = length, True, ""
+    if fmt == "sentence-transformers" and not sparse:
+        pooling, normalize, chosen = sentence_rule(p, pooling, record)
+        st = (record or {}).get("sentence_transformers") or {}
+        if chosen.startswith("the source's") and st.get("max_seq_length"):
+            st_length = min(int(st["max_seq_length"]), length)
+    pooling = pooling or pooling_of(p)
+    carried = kind == "base" and "pooler" not in params and pooler is not None and not sparse
+    if carried:
+        params = {**params, "pooler": {"dense": pooler}}  # the source's, kept by the run
     if sparse:
-        retrieval_export.check_sparse(p.run_config, params)  # refuse before writing anything
+        why = retrieval_export.sparse_unrepresentable(p.run_config, params)
+        if why:  # refused before anything is written
+            raise Unrepresentable(why)
         params = {k: params[k] for k in ("encoder", "mlm_head")}
     elif fmt == "sentence-transformers" and pooling in ST_DENSE_ACTIVATION:
         _pooler_dense(params)  # refuse before writing anything
@@ -269,18 +317,23 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "",
         if sparse:
             retrieval_export.write_sparse_encoder(tmp, cfg.vocab_size, length, p.run_config)
         elif fmt == "sentence-transformers":
-            write_sentence_transformers(tmp, params, cfg, pooling, length,
-                                        retrieval_export.st_config_extra(p.run_config))
+            write_sentence_transformers(tmp, params, cfg, pooling, st_length,
+                                        retrieval_export.st_config_extra(p.run_config),
+                                        normalize)
         if fmt == "pylate":
             retrieval_export.write_pylate(tmp, params, cfg, length, p.run_config)
         _model_card(tmp, source, p, family, kind, written["architectures"][0], out)
+        carried = carried and any("pooler." in n for n in origin.tensor_names(tmp))
         errors.mark_output(tmp, KIND, source=source, files=_written(tmp))
+        errors.as_made_by_user(tmp)  # not mkdtemp's 0700, safetensors' 0600: a lab reads it
         check_out(source, out)  # again: nothing may have been added meanwhile
         _swap_in(tmp, dst)  # a folder at `out` is always complete
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return {"family": family, "kind": kind, "architecture": written["architectures"][0],
-            "folders": folders, "pooling": pooling if fmt == "sentence-transformers" else ""}
+            "folders": folders, "pooling": pooling if fmt == "sentence-transformers" else "",
+            "pooling_from": chosen, "normalize": normalize, "model_max_length": length,
+            "pooler": "the source's (not trained by this run)" if carried else ""}
 
 
 def _swap_in(tmp: str, dst: str) -> None:

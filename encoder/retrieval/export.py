@@ -30,16 +30,17 @@ def is_sparse(run_config) -> bool:
     return options.of_run(run_config).head == "sparse"
 
 
-def check_sparse(run_config, params) -> None:
-    """A SPLADE run SparseEncoder represents exactly: an MLM head, expanded queries."""
-    from encoder.interop.family import Unrepresentable
+def sparse_unrepresentable(run_config, params) -> str:
+    """Why SparseEncoder cannot represent this SPLADE run exactly ("" when it can): it
+    needs the MLM head and expands queries as documents."""
     if "mlm_head" not in params:
-        raise Unrepresentable("a sparse (SPLADE) export needs the MLM head (params "
-                              "'mlm_head'), and this checkpoint has none")
+        return ("a sparse (SPLADE) export needs the MLM head (params 'mlm_head'), and this "
+                "checkpoint has none")
     if options.of_run(run_config).sparse_query != "expand":
-        raise Unrepresentable("contrastive.sparse_query=terms keeps a query's own terms only; "
-                              "sentence-transformers' SparseEncoder expands queries as it "
-                              "expands documents, so its scores would not be this model's")
+        return ("contrastive.sparse_query=terms keeps a query's own terms only; "
+                "sentence-transformers' SparseEncoder expands queries as it expands "
+                "documents, so its scores would not be this model's")
+    return ""
 
 
 def write_sparse_encoder(out: str, vocab: int, length: int, run_config=None) -> None:
