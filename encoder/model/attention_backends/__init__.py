@@ -1,6 +1,6 @@
 """The attention backends: one table (BACKENDS), one choice (`auto`), one entry point (`attend`).
 
-  name        kernel                                 pattern it takes (encoder/model/attention_pattern.py)
+  name        kernel                                 pattern it takes (attention_pattern.py)
   xla         jax.nn.dot_product_attention on XLA    dense [B, 1, T, T] mask, folded into the bias
   reference   einsums, float32 softmax               dense mask; attention dropout; tests' reference
   cudnn       cuDNN via jax.nn.dot_product_attention key lengths for right padding; documents
