@@ -68,7 +68,7 @@ def model_config(size: str = "tiny") -> ml_collections.ConfigDict:
         mlm_transform_bias=True,   # the MLM transform (dense) has a bias: BERT yes, ModernBERT no
         initializer_range=0.02,
         dtype="float32",           # compute dtype; parameters stay float32
-        attention_impl="auto",     # encoder.model.attention.ATTENTION_IMPLEMENTATIONS
+        attention_impl="auto",     # encoder.model.attention_backends.IMPLEMENTATIONS
         remat="none",              # encoder.model.encoder.REMAT_POLICIES
         scan_layers="auto",        # auto | true | false: nn.scan over the layers (auto: from
                                    # 12 layers; encoder/model/scan.py)
