@@ -231,6 +231,21 @@ def one_line(text: str) -> str:
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
+def as_made_by_user(folder: str) -> None:
+    """Everything under folder given the modes a plain write gives (0666 / 0777 less the
+    user's umask): tempfile.mkdtemp makes a folder 0700 and safetensors writes its files
+    0600, so a folder swapped into place from them would keep a lab's shared disk out."""
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(folder, 0o777 & ~mask)
+    for root, dirs, names in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o777 & ~mask)
+        for n in names:
+            if not os.path.islink(os.path.join(root, n)):
+                os.chmod(os.path.join(root, n), 0o666 & ~mask)
+
+
 def discard_if_untouched(folder: str, created: bool) -> None:
     """Undoes mark_output when a command failed before writing anything else: the marker
     goes, and the folder too if the command created it (nothing of anyone's is touched)."""

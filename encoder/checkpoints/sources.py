@@ -152,6 +152,7 @@ def _load(init_from: str) -> Pretrained:
         from encoder.interop import hf
         folder = init_from[3:]
         cfg, params = hf.load(folder)
+        _say_dropped(folder, params)
         return Pretrained(cfg, params, tokenizer_lib.load(folder), kind="hf")
     if not os.path.isdir(init_from):
         raise FileNotFoundError(f"init_from={init_from!r} does not exist: expected a workdir of "
@@ -173,6 +174,22 @@ def _load(init_from: str) -> Pretrained:
     finally:
         mngr.close()
     return Pretrained(run.model, state["params"], _tokenizer_in(init_from, run), run)
+
+
+_SAID: set = set()  # the HF folders whose dropped heads this process has named
+
+
+def _say_dropped(folder: str, params) -> None:
+    """An HF folder's task head (a classifier and its labels) is not imported: said once,
+    naming its tensors (encoder/interop/origin.py)."""
+    from encoder.interop import origin
+    if folder in _SAID:
+        return
+    _SAID.add(folder)
+    line = origin.describe_dropped(folder, origin.dropped_heads(origin.tensor_names(folder),
+                                                                params))
+    if line and jax.process_index() == 0:
+        print(f"init_from hf:{folder}: {line}", flush=True)
 
 
 def load_tokenizer(init_from: str):

@@ -14,8 +14,8 @@ flags.DEFINE_enum("format", "transformers", export.FORMATS, "what to write")
 flags.DEFINE_string("family", "", "HF family (bert, roberta, albert, electra, roformer, "
                     "modernbert, deberta); empty: the one that computes the model exactly")
 flags.DEFINE_string("pooling", "", "--format=sentence-transformers: the Pooling module's rule "
-                    "(cls, mean, max, cls_tanh, cls_gelu; empty: the run config's pooling, cls "
-                    "where it has none)")
+                    "(cls, mean, max, cls_tanh, cls_gelu; empty: a fine-tuning run's own, else "
+                    "the source's sentence-transformers modules, else the run config's)")
 FLAGS = flags.FLAGS
 
 
@@ -26,8 +26,10 @@ def main(argv):
     if not FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)  # orbax logs every file it reads at INFO
     result = export.export(FLAGS.workdir, FLAGS.out, FLAGS.format, FLAGS.family, FLAGS.pooling)
-    pooled = (f", pooling {result['pooling']}" + ("" if FLAGS.pooling else
-                                                  " (the run's; --pooling to choose)")
+    pooled = (f", pooling {result['pooling']}" + (f" ({result['pooling_from']})"
+                                                  if result["pooling_from"] else "")
               if result["pooling"] else "")
     print(f"wrote {', '.join(result['folders'])}: {result['architecture']} "
           f"(family {result['family']}, head {result['kind']}{pooled})")
+    if result.get("pooler"):
+        print(f"pooler: {result['pooler']}")

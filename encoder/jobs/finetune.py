@@ -32,6 +32,7 @@ from encoder.checkpoints import sources, store
 from encoder.data import overlap, pipeline, tokenizer as tokenizer_lib
 from encoder.eval import evaluators, inference
 from encoder.finetune import defaults, frozen, lora
+from encoder.interop import origin
 from encoder.tasks.base import LabelSet, Task, TaskDataError
 from encoder.tasks import files as task_files
 from encoder.tasks.table import TASKS
@@ -402,6 +403,7 @@ def _begin(run: FineTuning, start, best: dict) -> None:
     workdir, primary = run.workdir, jax.process_index() == 0
     if primary:
         run.source.tokenizer.save(os.path.join(workdir, "tokenizer"))
+        origin.carry(run.config.init_from, workdir)  # the source's length, for its export
         if run.task.labels is not None:
             metrics_io.write_json(os.path.join(workdir, "labels.json"), run.task.labels.names)
     if start.step is not None and os.path.exists(os.path.join(workdir, "best.json")):

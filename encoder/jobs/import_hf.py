@@ -5,12 +5,14 @@
 reads any family encoder/interop/families.py lists (BERT, RoBERTa, ALBERT,
 ELECTRA, RoFormer, ModernBERT, DeBERTa-v2; the module keeps its first name)
 and writes an orbax params folder with the tokenizer beside it, a valid
-init_from. Jobs can also read the HF folder directly with init_from=hf:DIR;
+init_from, and what the folder was beyond its tensors (encoder/interop/origin.py: its
+sentence-transformers pooling, model_max_length, pooler; the task heads it left out,
+said on the console). Jobs can also read the HF folder directly with init_from=hf:DIR;
 `encoder.interop.hf.load(folder)` returns (model config, params).
 """
 import os
 
-from encoder.interop import hf
+from encoder.interop import hf, origin
 from encoder.interop.hf import check_shapes, load  # noqa: F401  (the names callers use)
 
 
@@ -31,7 +33,12 @@ def import_folder(checkpoint: str, out: str) -> int:
         raise errors.NotOurs(f"--out={out} is, contains or lies inside --checkpoint")
     cfg, params = load(checkpoint)
     tokenizer = tokenizer_lib.load(checkpoint)
+    record = origin.of_hf_folder(checkpoint, params)  # what the import does not map
+    line = origin.describe_dropped(checkpoint, record["dropped"])
+    if line:
+        print(line, flush=True)
     errors.mark_output(out, "import")
+    origin.write(out, record, (params.get("pooler") or {}).get("dense"))
     config_json = os.path.join(out, "model_config.json")
     if os.path.exists(config_json):  # an earlier import: incomplete until rewritten
         os.remove(config_json)

@@ -22,6 +22,7 @@ from encoder import config as config_lib, errors
 from encoder.aot import chips
 from encoder.checkpoints import store
 from encoder.data import pipeline
+from encoder.interop import origin
 from encoder.eval import evaluators
 from encoder.jobs import evals, pretrain_sources, skeleton
 from encoder.jobs.pretrain_checks import check_fits, validate  # noqa: F401 (the job's checks)
@@ -202,6 +203,8 @@ def _begin(run: Run, start, writer, said: list) -> None:
     cfg, plan, workdir = run.config, run.plan, run.workdir
     if jax.process_index() == 0 and not os.path.exists(os.path.join(workdir, "tokenizer")):
         run.tokenizer.save(os.path.join(workdir, "tokenizer"))  # a self-contained workdir
+    if jax.process_index() == 0:  # the source's pooling, pooler, length: for its export
+        origin.carry(cfg.init_from, workdir)
     for line in said:
         report(line)
     step0 = int(start.state.step)
