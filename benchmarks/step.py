@@ -17,6 +17,7 @@ parameters, loss (after the timed steps), peak_bytes (the device's high-water ma
 it keeps one) and threads."""
 import json
 import os
+import sys
 import time
 
 import jax
@@ -162,11 +163,14 @@ def interleaved_times(sides, steps: int, warmup: int, turn: int) -> list[list[fl
 def finish(row: dict, peak_bytes_key: str = "device_peak_bytes") -> dict:
     """The fields every step row carries for the tables (benchmarks/device_tables.py):
     mfu (the fraction of peak by the shared FLOP count), peak_bytes, threads."""
-    from benchmarks import torch_reference as tr
     row["mfu"] = row["fraction_of_peak"]
     row["peak_bytes"] = row.get(peak_bytes_key)
-    row["threads"] = tr.threads() if _torch_installed() else {
-        "xla": len(os.sched_getaffinity(0))}
+    # torch's pool where a PyTorch side ran in this process (no torch import for the rest)
+    if "torch" in sys.modules:
+        from benchmarks import torch_reference
+        row["threads"] = torch_reference.threads()
+    else:
+        row["threads"] = {"xla": len(os.sched_getaffinity(0))}
     return row
 
 
