@@ -158,6 +158,8 @@ def run():
                              "devices) are two targets: give one")
     from benchmarks.common import phase_of
     from encoder.aot import compile_report
+    if FLAGS["seq_len"].present:  # the recipe's positions, before --seq_len widens them
+        compile_report.check_seq_len(FLAGS.config.model, FLAGS.seq_len)
     config = experiment_config()
     row = compile_report.compile_report(
         config, FLAGS.unrolled_flops, topology=FLAGS.topology,

@@ -24,7 +24,7 @@ import numpy as np
 from encoder import errors
 from encoder.aot import attention_trace, chips, cudnn_target, targets
 from encoder.aot.hlo import program_contents
-from encoder.model import scan
+from encoder.model import models, scan
 from encoder.objectives import pretraining
 from encoder.train import finetune_step, flops, optimizer, partitioning
 from encoder.train import trainer as trainer_lib
@@ -221,6 +221,18 @@ def _oom_row(error: Exception) -> dict | None:
     return row
 
 
+def check_seq_len(model_cfg, seq_len: int) -> None:
+    """A length past the model's learned positions is refused before sizing it (the
+    compile would size a model no run can build: fine-tuning and pretraining refuse it)."""
+    try:
+        models.validate_config(model_cfg, seq_len)
+    except ValueError as e:
+        if "seq_len" in str(e):
+            raise errors.UsageError(f"--seq_len={seq_len}: {e}; to size a model with that "
+                                    f"many positions, give --config.model.max_position="
+                                    f"{seq_len}") from None
+
+
 def compile_report(config, unrolled_flops: bool = True, devices=None, *, topology: str = "",
                    num_slices: int = 1, job: str = "pretrain",
                    task: str | None = None, finetune: dict | None = None) -> dict:
@@ -239,6 +251,7 @@ def compile_report(config, unrolled_flops: bool = True, devices=None, *, topolog
     chip = chips.chip_for_topology(topology) if topology else chips.chip_for_device(devices[0])
     model_cfg = config.model if job != "finetune" else finetune_step.model_config(
         finetune_config(config, finetune), config.model)  # as the fine-tuning step runs it
+    check_seq_len(model_cfg, config.data.seq_len)
     p = scan.plan(model_cfg)
     mesh_shape = partitioning.make_mesh(config.mesh, devices).shape
     split = mesh_shape.get("data", 1) * mesh_shape.get("fsdp", 1)  # the batch's axes

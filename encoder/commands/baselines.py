@@ -10,8 +10,8 @@ from encoder.commands.one_line import one_line_errors
 
 flags.DEFINE_enum("task", table.DEFAULT, table.having("baselines"),
                   "the task type (those with a baseline)")
-flags.DEFINE_string("train", None, "train file", required=True)
-flags.DEFINE_string("dev", None, "dev file", required=True)
+flags.DEFINE_string("train", None, "the training file (JSONL, GLUE TSV)", required=True)
+flags.DEFINE_string("dev", None, "the dev file, labelled (JSONL, GLUE TSV)", required=True)
 flags.DEFINE_float("max_held_out_overlap", 0.01, "the largest share of dev rows that may "
                    "also be training rows (same text, whitespace aside); past it: refused")
 FLAGS = flags.FLAGS

@@ -5,8 +5,9 @@ from absl import flags, logging
 from encoder import errors
 from encoder.commands.one_line import one_line_errors
 
-flags.DEFINE_string("checkpoint", None, "HuggingFace checkpoint folder", required=True)
-flags.DEFINE_string("out", None, "output directory for the orbax checkpoint", required=True)
+flags.DEFINE_string("checkpoint", None, "the HuggingFace checkpoint folder", required=True)
+flags.DEFINE_string("out", None, "the params folder to write (orbax, with the tokenizer)",
+                    required=True)
 FLAGS = flags.FLAGS
 
 

@@ -107,8 +107,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     """absl's flags_parser for app.run: a bad flag, flag value or config override (an
     unknown field, a value of the wrong type) in one `error: ...` line, exit 1."""
     from absl import flags
+    argv = recipes_from_checkout(argv)
     try:
-        return flags.FLAGS(argv)
+        rest = flags.FLAGS(argv)
+        refuse_empty_paths(flags.FLAGS)
+        return rest
     except flags.Error as e:
         missing = missing_config_file(argv)
         if missing:
@@ -126,6 +129,48 @@ def parse_flags(argv: list[str]) -> list[str]:
             raise SystemExit(f"error: {found}") from None
         text = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
         raise SystemExit(f"error: a --config override: {errors.one_line(text)}") from None
+
+
+# The checkout an editable install (pip install -e .) runs from: its experiments/ are the
+# recipes README's commands name as experiments/NAME.py.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RECIPES = "experiments"
+
+
+def recipes_from_checkout(argv: list[str]) -> list[str]:
+    """--config=experiments/NAME.py[:ARG] run outside the checkout: the checkout's file
+    (an editable install), said on stderr; any other --config stays as it is."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--config=") and not arg.startswith("--config=/"):
+            spec = arg.split("=", 1)[1]
+            path, sep, rest = spec.partition(":")
+            there = os.path.join(CHECKOUT, path)
+            if (path.split(os.sep)[0] == RECIPES and not os.path.exists(path)
+                    and os.path.isfile(there)):
+                print(f"--config={path}: none here; reading the recipes of {CHECKOUT} "
+                      f"({there})", file=sys.stderr, flush=True)
+                arg = f"--config={there}{sep}{rest}"
+                if CHECKOUT not in sys.path:  # recipes import each other (experiments.x)
+                    sys.path.append(CHECKOUT)
+        out.append(arg)
+    return out
+
+
+# Flags that name a folder or file, where an empty value (an unset shell variable in
+# --workdir=$W) would otherwise reach the job as "" and end in "No such file or directory".
+PATH_FLAGS = ("workdir", "out", "input", "checkpoint", "train", "dev", "workdirs")
+
+
+def refuse_empty_paths(flag_values) -> None:
+    """A required path flag given empty, named with what it wants (its help's words); a
+    flag whose empty default means something (data --out: print) is left alone."""
+    for name in PATH_FLAGS:
+        if name not in flag_values:
+            continue
+        flag = flag_values[name]
+        if flag.present and not flag.value and flag.default is None:
+            raise SystemExit(f"error: --{name} is empty: give {flag.help.split(' (')[0]}")
 
 
 def missing_config_file(argv: list[str]) -> str | None:
@@ -150,7 +195,11 @@ def missing_config_file(argv: list[str]) -> str | None:
         close = difflib.get_close_matches(os.path.basename(path), there, n=2, cutoff=0.6)
         hint = (f"did you mean {' or '.join(os.path.join(folder, c) for c in close)}?" if close
                 else f"{folder} has {', '.join(there[:12])}" if there
-                else f"{folder} is not a folder")
+                else f"{folder} is not a folder" + (
+                    f" here ({os.getcwd()}); the recipes are the project checkout's "
+                    f"{RECIPES}/ (not installed with the package): run from the checkout or "
+                    f"give the path to its {RECIPES}/{os.path.basename(path)}"
+                    if path.split(os.sep)[0] == RECIPES else ""))
         return f"--config={path}: no such experiment file; {hint}"
     return None
 

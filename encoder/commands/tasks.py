@@ -7,7 +7,8 @@ from absl import flags
 from encoder import errors
 from encoder.commands.one_line import one_line_errors
 
-flags.DEFINE_string("out", None, "output folder (new, empty, or an earlier build)",
+flags.DEFINE_string("out", None, "the folder to write the tasks into (new, empty, or an "
+                    "earlier build)",
                     required=True)
 FLAGS = flags.FLAGS
 

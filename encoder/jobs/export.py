@@ -44,6 +44,19 @@ ST_DENSE_ACTIVATION = {"cls_tanh": "torch.nn.modules.activation.Tanh",
                        "cls_gelu": "torch.nn.modules.activation.GELU"}
 
 
+def load_source(source: str) -> sources.Pretrained:
+    """sources.load, its refusals naming this command's flag (--workdir), not init_from."""
+    try:
+        return sources.load(source)
+    except (FileNotFoundError, ValueError) as e:
+        text = str(e)
+        if not text.startswith("init_from"):
+            raise
+        renamed = "--workdir" + text[len("init_from"):]
+        raise (FileNotFoundError(renamed) if isinstance(e, FileNotFoundError)
+               else errors.UsageError(renamed)) from None
+
+
 def head_kind(p: sources.Pretrained, fmt: str) -> str:
     """What HF head the source's parameters make: see the module docstring."""
     if fmt == "sentence-transformers" and retrieval_export.is_sparse(p.run_config):
@@ -267,7 +280,7 @@ def export(source: str, out: str, fmt: str = "transformers", family: str = "",
     if pooling and pooling not in ST_POOLING:
         raise errors.UsageError(f"--pooling={pooling!r}: expected one of {', '.join(ST_POOLING)}")
     check_out(source, out)
-    p = sources.load(source)
+    p = load_source(source)
     kind = head_kind(p, fmt)
     cfg, p.params = unpadded(p.model_cfg, p.params)
     p.model_cfg = cfg

@@ -69,6 +69,11 @@ def parse_entries(workdirs: str, last: int = 0) -> list[tuple[str, int | None]]:
         path, sep, step = item.rpartition("@") if "@" in item else (item, "", "")
         if sep and not step.isdigit():
             raise ValueError(f"--workdirs entry {item!r}: expected WORKDIR or WORKDIR@STEP")
+        if item.startswith("hf:"):
+            raise errors.UsageError(
+                f"--workdirs entry {item!r}: merge averages checkpoints of this codebase's "
+                "pretraining workdirs, and an HF folder is none; continue it first (python -m "
+                f"encoder run --config=experiments/continue.py --config.init_from={item} ...)")
         if not os.path.isdir(path):
             raise FileNotFoundError(f"--workdirs entry {item!r}: {path} is not a folder")
         if sep:

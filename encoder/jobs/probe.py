@@ -253,6 +253,13 @@ def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train:
     """Per-layer probes of the model at init_from on each task folder; writes
     out/probes.json and out/probes.png and returns the scores."""
     from encoder import errors
+    try:  # the length the model's positions allow, up front (fine-tuning's own check)
+        models.validate_config(sources.model_config(init_from), max_len)
+    except ValueError as e:
+        if "seq_len" not in str(e):
+            raise
+        raise errors.UsageError(f"--max_len={max_len}: {e}; give --max_len at most "
+                                "model.max_position") from None
     errors.check_output(out, "probe", "--out")  # never a user's folder or a run's workdir
     src = sources.load(init_from)
     params = random_params(src.model_cfg, seed) if random_init else src.params

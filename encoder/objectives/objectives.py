@@ -75,6 +75,23 @@ def validate(config) -> None:
     if config.objective == "rtd" and not 0 < config.electra.generator_fraction <= 1:
         raise ValueError("electra.generator_fraction must be in (0, 1], got "
                          f"{config.electra.generator_fraction}")
+    if config.objective == "rtd":
+        _check_generator(config)
+
+
+def _check_generator(config) -> None:
+    """The generator is sized from the discriminator (rtd.generator_config), not by the user:
+    a size it cannot take is named as the generator's, with the fraction that makes it."""
+    m, e = config.model, config.electra
+    gen = generator_config(m, e.generator_fraction, e.generator_layers)
+    try:
+        models.validate_config(gen)
+    except ValueError as err:
+        raise ValueError(
+            f"the ELECTRA generator sized from electra.generator_fraction="
+            f"{e.generator_fraction:g} x model.hidden_size={m.hidden_size} (width "
+            f"{gen.hidden_size}, {gen.num_heads} head(s) of {gen.hidden_size // gen.num_heads})"
+            f" cannot be built: {err}; choose another electra.generator_fraction") from None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
