@@ -279,6 +279,9 @@ def open_pretraining_data(data_cfg, workdir: str, vocab_size: int, pair_task: st
     if shards.is_prepared(data_cfg.train_files):
         train_c = shards.PreparedCorpus(data_cfg.train_files)
         train_c.require_records("text", "pretraining")  # before the workdir gets a tokenizer
+        # what its prepare skipped, said again (prepare said it too; no refusal here: the
+        # folder is the input the user chose, reviewed when it was prepared)
+        preparation.say_input(train_c.manifest, not primary)
         tok = tokenizer_lib.load(data_cfg.tokenizer or train_c.tokenizer_path)
         train_c.check_tokenizer(tok)
         if primary and not data_cfg.tokenizer:  # the workdir carries its tokenizer, as always
