@@ -72,6 +72,14 @@ def manager(workdir: str, keep: int = 3, create: bool = True) -> ocp.CheckpointM
         item_names=("state", "data", "meta"))
 
 
+def checkpoints_to_write(workdir: str, keep: int | None) -> int:
+    """How many more checkpoints the disk must hold for a run keeping `keep` of them: those
+    it does not hold yet (at least the next one; keep None or 0: all, counted as one)."""
+    folder = os.path.join(workdir, "checkpoints")
+    held = sum(d.isdigit() for d in os.listdir(folder)) if os.path.isdir(folder) else 0
+    return max(1, (keep or 1) - held)
+
+
 def has_checkpoint(workdir: str) -> bool:
     folder = os.path.join(workdir, "checkpoints")
     return os.path.isdir(folder) and any(d.isdigit() for d in os.listdir(folder))

@@ -13,6 +13,7 @@ TPU VM slice (encoder/studies/launchers/).
 """
 import json
 import signal
+import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -83,6 +84,26 @@ def _report(mode: str, result: dict, config) -> None:
         print(line)
 
 
+def typed(argv: list[str], field: str) -> bool:
+    """Whether the command line sets --config.FIELD (=value or as the next argument)."""
+    flag = f"--config.{field}"
+    return any(a == flag or a.startswith(flag + "=") for a in argv)
+
+
+def phases_note(config, argv: list[str]) -> str | None:
+    """A typed train.num_steps that phases replace by their sum, said (None: nothing to say)."""
+    if not config.get("phases") or not typed(argv, "train.num_steps"):
+        return None
+    from encoder.train import phases as phases_lib
+    plan = phases_lib.plan(config)
+    if plan.total_steps == int(config.train.num_steps):
+        return None
+    parts = " + ".join(f"{ph.name} {ph.steps:,}" for ph in plan.phases)
+    return (f"--config.train.num_steps={config.train.num_steps} does not set this run's "
+            f"length: with phases declared it is their sum, {plan.total_steps:,} steps "
+            f"({parts}); set a phase's steps= or tokens= (--config.phases) to change it")
+
+
 def _run(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -95,6 +116,9 @@ def _run(argv):
                              "embed.py or a recipe)")
     mode = config.get("mode", "pretrain")
     job = registry.lookup(JOBS, mode, "config.mode")
+    note = phases_note(config, sys.argv) if mode == "pretrain" else None
+    if note:
+        print(f"warning: {note}", file=sys.stderr, flush=True)
     if "distributed" in config:
         init_distributed(config.distributed)
     result = job(config, FLAGS.workdir)

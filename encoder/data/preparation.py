@@ -355,9 +355,14 @@ def train_tokenizer(units, s: Settings, model_path: str, vocab_size: int,
                                       folder, vocab_size, sample_chars)
         return model_path
     try:
-        return tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars),
+        path = tokenizer_lib.train_sentencepiece(sample_documents(units, s, sample_chars),
                                                  prefix, vocab_size, tokenizer_type,
                                                  sample_chars)
+        got = tokenizer_lib.load(path).vocab_size
+        if got < vocab_size:  # sentencepiece stops where the sample has no more pieces
+            print(f"tokenizer: {got:,} pieces, fewer than {flag}={vocab_size}: the training "
+                  f"sample (at most {sample_chars:,} characters) holds no more", flush=True)
+        return path
     except RuntimeError as e:  # sentencepiece's trainer reports every refusal so
         if new_folder and os.path.isdir(folder) and not os.listdir(folder):
             os.rmdir(folder)  # the folder train_sentencepiece made for it, left empty

@@ -102,6 +102,9 @@ def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.E
     data = _open_data(plan.phases[0].config, workdir)
     logging.info("data: %s", data.description)
     tok = data.tokenizer
+    line = unknown_tokens(data.token_counts, tok, bool(config.init_from))
+    if line:
+        report(line)
     vocab = pretrain_sources.vocabulary(config, tok.vocab_size)
     for c in [config] + [ph.config for ph in plan.phases]:
         c.model.vocab_size, c.model.real_vocab_size = vocab
@@ -226,6 +229,23 @@ def _begin(run: Run, start, writer, said: list) -> None:
             writer.write(step0, row)
             report(f"step {step0} (init_from {cfg.init_from}, before training): " + ", ".join(
                 f"{k}={v:.4g}" for k, v in row.items()))
+
+
+def unknown_tokens(counts, tok, always: bool = False) -> str | None:
+    """The share of the training tokens the tokenizer spells as its unknown token: said when
+    it is more than a trace (a source's vocabulary that cannot spell this corpus: its
+    held-out figures would count [UNK] as a word), and always for a run from a source."""
+    total = int(counts.sum())
+    unk = int(counts[tok.unk_id]) if 0 <= tok.unk_id < len(counts) else 0
+    share = unk / total if total else 0.0
+    if not total or (share < 0.001 and not always):
+        return None
+    line = (f"data: {share:.1%} of the training tokens ({unk:,} of {total:,}) are the unknown "
+            f"token {tok.id_to_piece(tok.unk_id)!r}")
+    if share >= 0.05:
+        line += (": the tokenizer cannot spell much of this corpus (a vocabulary of another "
+                 "language or script?); masked-token figures count it as a word")
+    return line
 
 
 def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:

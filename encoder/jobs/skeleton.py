@@ -34,8 +34,10 @@ def run(config, workdir: str, build: Callable, mutable: tuple, devices=None,
 
 def train_and_evaluate(exp: experiment_lib.Experiment) -> dict:
     """Starts (or resumes) the experiment's state and runs each segment's loop."""
-    store.check_room(exp.workdir, store.state_bytes(exp.trainer.abstract_state()),
-                     "a checkpoint")  # refused before the first step, not at a save
+    n = store.checkpoints_to_write(exp.workdir, exp.keep_checkpoints)
+    store.check_room(exp.workdir, n * store.state_bytes(exp.trainer.abstract_state()),
+                     "a checkpoint" if n == 1 else f"{n} checkpoints",  # before the first
+                     f"train.keep_checkpoints={exp.keep_checkpoints}")  # step, not at a save
     mngr = store.manager(exp.workdir, exp.keep_checkpoints)
     start = exp.start(mngr)
     writer = trainer_lib.open_records(exp.trainer, exp.workdir, exp.config, exp.requested,

@@ -58,6 +58,14 @@ from encoder.studies import jobconfig, records, report, runner, stats
 from encoder.train import flops
 
 HASHES = ".hashes.json"  # DIR/: each hashed data file's sha256 by size and date
+# Fields that change how a pretraining run is carried out, not what it trains (the ones a
+# resume may change: encoder/jobs/pretrain.py MUTABLE, less the run's length, its phases
+# and debug_nan_at_step, which makes a run fail on purpose); grad_accum_steps cuts the same
+# global batch into other micro-batches.
+SAME_TRAINING = ("train.log_every", "train.eval_every", "train.eval_batches",
+                 "train.grad_accum_steps", "train.checkpoint_every", "train.keep_checkpoints",
+                 "train.progress", "train.peak_flops", "data.cache_dir", "mesh", "distributed",
+                 "model.attention_impl", "model.remat", "model.scan_layers")
 # The config fields naming what a pretraining run reads (its tokenizer and corpora).
 DATA_FIELDS = ("train_files", "valid_files", "tokenizer")
 
@@ -121,6 +129,14 @@ def check_sweeps(sweeps: list[tuple[str, list]], base=None) -> None:
                 f"--sweep={field}=...: config.evals changes what a run is scored by, not the "
                 "run: its variants would train identical models and their scores would not "
                 "be compared; declare each evaluator under its own name in one config")
+        same = next((m for m in SAME_TRAINING if field.removeprefix("config.") == m
+                     or field.removeprefix("config.").startswith(m + ".")), None)
+        if same is not None:
+            raise errors.UsageError(
+                f"--sweep={field}=...: {same} changes how a run is carried out (logged, "
+                "checkpointed, placed, compiled), not what it trains: its variants would train "
+                "one model, and the table would rank what the setting does to the figures "
+                f"(a logging window's average); set it for every run with --config.{same}=VALUE")
         if field in ("seed", "config.seed"):
             raise errors.UsageError(f"--sweep={field}=...: every variant already runs once per "
                                     "seed index (config.seed = 0 .. --seeds-1); give "
@@ -571,6 +587,9 @@ def separation(table, rows: list[dict], metric: str) -> None:
         return {r["seed"]: r[metric] for r in rows if r["variant"] == variant and metric in r}
     for e in table:
         e["interval"] = stats.mean_interval(list(by_seed(e["variant"]).values()))
+        if len(table) < 2:  # one variant is compared with nothing: no "best" of one
+            e["vs_best"], e["verdict"], e["detectable"] = None, "one variant", float("nan")
+            continue
         if e is best:
             e["vs_best"], e["verdict"], e["detectable"] = None, "best", float("nan")
             continue

@@ -238,11 +238,32 @@ def check_identity(workdir: str, config, mutable, defaults=None) -> list[str]:
                 "in one run. Changed:\n" + "\n".join(lines) + "\nUse a new --workdir "
                 "(nothing was written to this one), or restore the data.")
     check_tokenizer(workdir, saved.get("tokenizer"))
-    allowed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed]
+    allowed = [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+               + (schedule_note(config, old.get(k), workdir) if k == "train.num_steps" else "")
+               for k in changed]
     for line in allowed:
         logging.warning("resuming with a changed setting: %s", line)
         print(f"resuming with a changed setting: {line}", flush=True)
     return allowed
+
+
+def schedule_note(config, old_steps, workdir: str) -> str:
+    """What a changed train.num_steps does to a resumed pretraining run's learning rate: the
+    schedule is laid over the new length, so the rate at the resumed step jumps (a run in
+    phases is planned by its phases, not by num_steps: nothing to say)."""
+    if config.get("mode", "pretrain") != "pretrain" or config.get("phases") or not old_steps:
+        return ""
+    from encoder.train import schedules
+    try:
+        step = max(int(d) for d in os.listdir(os.path.join(workdir, "checkpoints"))
+                   if d.isdigit())
+        was = float(schedules.make(config.train, int(old_steps))(step))
+        now = float(schedules.make(config.train)(step))
+    except (OSError, ValueError, KeyError):
+        return ""
+    return (f" (the {config.train.get('schedule', 'linear')} learning-rate schedule is laid "
+            f"over the new length: at step {step} it was {was:.3g} and is now {now:.3g}; the "
+            "rest of the run follows the new schedule, not the old one's end)")
 
 
 # The config fields that name what a run reads; their content is part of its identity.

@@ -88,3 +88,12 @@ def test_an_install_without_recipes_says_where_they_are(tmp_path):
                        f"--workdir={tmp_path / 'w'}")
     one_line(rc, err, "experiments is not a folder here", "not installed with the package",
              "experiments/pretrain.py")
+
+
+def test_a_typed_num_steps_that_phases_replace_is_said(tmp_path):
+    rc, _, err = run_module("encoder", "run", "--config=experiments/wsd.py:runlocal",
+                            "--config.train.num_steps=50", "--config.data.seq_len=4",
+                            f"--workdir={tmp_path / 'w'}", timeout=120)
+    assert ("warning: --config.train.num_steps=50 does not set this run's length: with phases "
+            "declared it is their sum, 10 steps (stable 5 + decay 5)") in err, err
+    one_line(rc, err, "data.seq_len=4")  # then refused for the short rows, as before

@@ -44,3 +44,14 @@ def test_the_pretraining_path_names_its_own_flag(text, tmp_path):
         preparation.train_tokenizer(units, preparation.Settings(valid_fraction=0.0), str(path),
                                     30, flag="--config.model.vocab_size")
     assert not path.parent.exists()  # the tokenizer folder it made, removed again
+
+
+def test_a_vocabulary_the_sample_cannot_fill_is_said(tmp_path, text, capsys):
+    """sentencepiece (hard_vocab_limit off) stops where the sample has no more pieces: the
+    size asked and the size got are both said, never a silent 2,229 for 32,768."""
+    s = preparation.Settings(valid_fraction=0.0)
+    units, _ = preparation.plan_units(text, s)
+    path = preparation.train_tokenizer(units, s, str(tmp_path / "tok" / "sp.model"), 32768)
+    got = tokenizer_lib.load(path).vocab_size
+    assert got < 32768
+    assert f"tokenizer: {got:,} pieces, fewer than --vocab_size=32768" in capsys.readouterr().out

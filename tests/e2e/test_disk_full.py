@@ -1,5 +1,5 @@
 """A full disk is a user's error: one line with the folder, what is free and what was
-needed, before the first step where the disk cannot hold one checkpoint; a write that
+needed, before the first step where the disk cannot hold the checkpoints the run keeps; a write that
 runs out of space mid-way is named the same (a real tmpfs of a few MB; root only)."""
 import contextlib
 import os
@@ -31,7 +31,7 @@ def test_a_disk_that_cannot_hold_a_checkpoint_is_refused_before_the_first_step(t
         rc, out, err = run_module("encoder", "run", "--config=experiments/pretrain.py:runlocal",
                                   f"--workdir={disk}/wd", timeout=300)
         one_line(rc, err, f"no space left on device under {disk}/wd", "MiB free",
-                 "a checkpoint (about")
+                 "3 checkpoints (about", "train.keep_checkpoints=3")  # all it will keep
         assert err.strip().splitlines()[-1].startswith("error: no space left")
         assert "step 5:" not in out  # refused before training
 
