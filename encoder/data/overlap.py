@@ -192,3 +192,18 @@ def check_prepared(training: list, held_out: list, held_name: str, train_name: s
     o = Overlap(held_name, train_name, record["rows"], record["shared"], unit="documents")
     say(verdict(o, max_share, accept), quiet)
     return o
+
+
+def check_tokenized(held_out: list[str], tokenizer, training: list, held_name: str,
+                    train_name: str, max_share: float = MAX_SHARE, accept: str = "") -> Overlap:
+    """Held-out documents as text against prepared training splits: each document tokenized
+    and stored as a prepared corpus stores it (its record), then compared by record."""
+    from encoder.data import shards
+    dtype = shards.token_dtype(tokenizer.vocab_size)
+    keys = [record_key(shards.encode_record(ids, dtype)) if ids else None
+            for ids in (tokenizer.encode(d) for d in held_out)]
+    rows, shared, _ = measure(keys, (k for corpus, split in training
+                                     for k in split_keys(corpus, split)))
+    o = Overlap(held_name, train_name, rows, shared, unit="documents")
+    say(verdict(o, max_share, accept))
+    return o

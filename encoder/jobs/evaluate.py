@@ -121,6 +121,7 @@ def _held_out(config, p, proto: dict):
     if spec:
         data_cfg = _eval_run_config(p.model_cfg, proto).data
         data_cfg.valid_files = spec
+        _refuse_trained_on(config, p.tokenizer, data_cfg)
         return pipeline.held_out_rows(data_cfg, p.tokenizer, spec), {
             "valid_files": identity.corpus_identity(spec)}
     if p.run_config is None:
@@ -133,6 +134,33 @@ def _held_out(config, p, proto: dict):
         "held_out": "the source run's validation split" if data_cfg.valid_files else
         f"the source run's held-out share ({data_cfg.valid_fraction:g}) of its corpus",
         "corpus": identity.corpus_identity(split)}
+
+
+def _refuse_trained_on(config, tokenizer, data_cfg) -> None:
+    """--config.data.valid_files against what the source run trained on (the prepared
+    folders its data_order.json names), by content (encoder/data/overlap.py): a held-out
+    figure of training documents is refused past the share it tolerates."""
+    from encoder.data import corpus, overlap, shards
+    source = sources.split_step(config.init_from)[0]
+    order = pipeline.read_data_order(source) if os.path.isdir(source) else None
+    folders = dict.fromkeys(s["folder"] for stream in (order or {}).get("streams", {}).values()
+                            for s in stream.get("sources", []) if s.get("split") == "train")
+    trained = [shards.PreparedCorpus(f) for f in folders if shards.is_prepared(f)]
+    trained = [(c, "train") for c in trained
+               if c.tokenizer_fingerprint == tokenizer.fingerprint()]
+    if not trained:
+        return
+    spec, share = data_cfg.valid_files, config.data.get("max_held_out_overlap", 0.01)
+    args = (f"--config.data.valid_files={spec}", f"what {source} trained on", share,
+            "--config.data.max_held_out_overlap")
+    if shards.is_prepared(spec):
+        held = shards.PreparedCorpus(spec)
+        overlap.check_prepared(trained, [(held, "valid" if held.documents("valid") else
+                                          "train")], *args[:2], "", *args[2:])
+        return
+    docs = list(corpus.read_documents(corpus.expand_paths(spec), data_cfg.one_doc_per_line,
+                                      data_cfg.max_line_chars))
+    overlap.check_tokenized(docs, tokenizer, trained, *args)
 
 
 def evaluate(config, workdir: str) -> dict:

@@ -254,3 +254,25 @@ def test_suite_bow_refuses_a_one_class_task_as_the_model_suite_does(tmp_path):
     assert [r["task"] for r in rows] == ["fine"]  # never a 100.00 in the average
     assert len(failures) == 1 and failures[0].startswith("one_class/bow: TaskDataError")
     assert "only one label" in failures[0]
+
+
+# ----------------------------------------------------------------------- evaluate
+
+def test_evaluate_refuses_valid_files_the_source_trained_on(tmp_path, tiny_pretrained):
+    """The run's own training documents given as --config.data.valid_files: measured against
+    the prepared folders its data_order.json names."""
+    from encoder.data import corpus
+    from encoder.jobs import evaluate
+    from helpers import experiment_config
+    trained = [d for d in corpus.stdlib_documents() if "\n\n" not in d and d == d.strip()
+               and not corpus.is_validation(d, 0.05)][:60]
+    valid = tmp_path / "valid.txt"
+    valid.write_text("\n\n".join(trained) + "\n")
+    config = experiment_config("evaluate", None)
+    config.init_from = tiny_pretrained
+    config.data.valid_files = str(valid)
+    with pytest.raises(overlap.HeldOutOverlap) as e:
+        evaluate.evaluate(config, str(tmp_path / "out"))
+    assert f"--config.data.valid_files={valid}: 60 of 60 held-out documents (100.0%)" in str(
+        e.value)
+    assert f"what {tiny_pretrained} trained on" in str(e.value)
