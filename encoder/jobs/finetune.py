@@ -237,7 +237,7 @@ def init_from_source(run: FineTuning):
             " and the head" if head is not None else "; the task head starts fresh")
             + (" (the MLM head: the source's)" if mlm else "")
             + ("; the source has no MLM head: the sparse head's starts fresh, and a fresh head "
-               "starts dense (every term non-zero; BUILD_NOTES: SPLADE)"
+               "starts dense (every term non-zero; docs/retrieval.md, SPLADE)"
                if "mlm_head" in model and not mlm else "")
             + (f"; the source's {', '.join(others)} are not used by fine-tuning"
                if others else ""))
