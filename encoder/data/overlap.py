@@ -18,9 +18,9 @@ streamed past it once: memory grows with the held-out split, never with the corp
 `MAX_SHARE`: more than 1% of the held-out rows found in training is refused in one line
 with the count and the share; fewer are said (with the count) and kept. Each command
 names the setting that accepts more (data.max_held_out_overlap, --max_held_out_overlap):
-a task whose splits share a few short rows by nature is the user's call, said each time. One shared row
-in a hundred moves a held-out accuracy by at most one point: past that, the figure is
-no longer the held-out one its label names.
+a task whose splits share a few short rows by nature is the user's call, said each time.
+One shared row in a hundred moves a held-out accuracy by at most one point: past that,
+the figure is no longer the held-out one its label names.
 """
 import dataclasses
 import hashlib
