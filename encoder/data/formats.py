@@ -585,7 +585,10 @@ def _whole_file(src: Source, opts: Options) -> list[tuple[int, int, int]]:
     out = 0
     with _Stream(src.path, src.compression) as s:
         while out < 64 * RATIO_BYTES:  # to the end, or past the decompressor's read-ahead
-            got = len(s.f.read(1 << 20))
+            try:
+                got = len(s.f.read(1 << 20))
+            except STREAM_ERRORS:  # damaged: the reader counts and names it, not the estimate
+                break
             out += got
             if not got or RATIO_BYTES <= s.raw.tell() < size:
                 break
@@ -832,11 +835,36 @@ def _optional(module: str, what: str):
 def _mds_index(folder: str) -> list[dict]:
     obj = _json_file(os.path.join(folder, "index.json")) or {}
     shards_ = obj.get("shards", [])
-    for sh in shards_:
+    for i, sh in enumerate(shards_):
+        _check_mds_entry(folder, i, sh)
         if sh.get("format") != "mds":
             raise FormatError(f"{folder}: shards of format {sh.get('format')!r} (mosaicml-"
                               "streaming's JSON or CSV shards); only MDS shards are read")
     return shards_
+
+
+# what the readers below take from each shard entry of index.json: (path, type)
+MDS_ENTRY_FIELDS = (("column_names", list), ("column_encodings", list),
+                    ("raw_data", dict), ("raw_data.basename", str), ("raw_data.bytes", int))
+
+
+def _check_mds_entry(folder: str, i: int, sh) -> None:
+    """One line for an index.json the readers could not use (hand-written or from another
+    tool), before a KeyError deep in a reader."""
+    where = f"{folder}/index.json: shards[{i}]"
+    if not isinstance(sh, dict):
+        raise FormatError(f"{where} is {type(sh).__name__}, not an object: not an MDS index")
+    for path, kind in MDS_ENTRY_FIELDS:
+        value = sh
+        for key in path.split("."):
+            value = value.get(key) if isinstance(value, dict) else None
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise FormatError(f"{where} has no {kind.__name__} {path!r} (got {value!r}): "
+                              "not an index mosaicml-streaming writes; rewrite the folder "
+                              "with streaming.MDSWriter")
+    if len(sh["column_names"]) != len(sh["column_encodings"]):
+        raise FormatError(f"{where}: {len(sh['column_names'])} column_names but "
+                          f"{len(sh['column_encodings'])} column_encodings")
 
 
 def _mds_column(folder: str, shard: dict, opts: Options) -> tuple[int, str]:

@@ -1,0 +1,51 @@
+"""Inputs a new user may hand to `prepare` that used to end in a traceback deep in a reader:
+a small compressed file cut inside its first read, an MDS index.json another tool wrote
+without the fields the reader takes. Each is one line naming the problem, or counted."""
+import gzip
+import json
+import random
+
+import pytest
+
+from encoder.data import corpus, formats
+
+# random words: a stream that compresses little, so half of it is past detection's sniff
+_RNG = random.Random(0)
+DOCS = [" ".join("".join(_RNG.choice("abcdefghij") for _ in range(6)) for _ in range(40))
+        for _ in range(2000)]
+
+
+@pytest.mark.parametrize("compressor", [gzip.compress])
+def test_a_small_truncated_stream_is_planned_then_counted_not_raised(tmp_path, compressor):
+    whole = compressor(("\n\n".join(DOCS) + "\n").encode())
+    path = tmp_path / "cut.txt.gz"
+    path.write_bytes(whole[:len(whole) // 2])  # cut inside what the size estimate reads
+    stats = corpus.CorpusStats()
+    opts = formats.Options()
+    (src,) = formats.sources_of([str(path)], opts, stats)
+    blocks = formats.READERS[src.format].blocks(src, opts)
+    assert len(blocks) == 1 and blocks[0][2] >= path.stat().st_size
+    got = list(corpus.read_documents([str(path)], stats=stats))
+    assert 0 < len(got) < len(DOCS) and stats.damaged_files == 1
+
+
+@pytest.mark.parametrize("entry, named", [
+    (dict(format="mds", column_names=["text"], column_encodings=["str"],
+          raw_data=dict(basename="shard.00000.mds")), "'raw_data.bytes'"),
+    (dict(format="mds", column_names=["text"], raw_data=dict(basename="s", bytes=3)),
+     "'column_encodings'"),
+    (dict(format="mds", column_names=["text", "id"], column_encodings=["str"],
+          raw_data=dict(basename="s", bytes=3)), "2 column_names but 1 column_encodings"),
+    ("shard.00000.mds", "is str, not an object"),
+])
+def test_an_mds_index_without_the_fields_read_is_one_line(tmp_path, entry, named):
+    folder = tmp_path / "mds"
+    folder.mkdir()
+    (folder / "index.json").write_text(json.dumps(dict(version=2, shards=[entry])))
+    (folder / "shard.00000.mds").write_bytes(b"\0" * 16)
+    stats = corpus.CorpusStats()
+    with pytest.raises(formats.FormatError, match="index.json: shards\\[0\\]") as e:
+        for src in formats.sources_of(corpus.expand_paths(str(folder)), formats.Options(),
+                                      stats):
+            formats.READERS[src.format].blocks(src, formats.Options())
+    assert named in str(e.value) and "\n" not in str(e.value)
