@@ -409,6 +409,11 @@ def detect(path: str, opts: Options, stats: CorpusStats) -> Source | None:
     by_name = extension_format(path)
     stated = opts.stated
     if by_name == "mds" and not by_magic:
+        folder = os.path.dirname(path) or "."
+        if not os.path.exists(os.path.join(folder, "index.json")):
+            raise FormatError(f"{path} is an MDS shard, and its folder {folder} has no "
+                              "index.json (copied without it?): an MDS folder is read through "
+                              "its index; copy index.json beside the shards")
         raise FormatError(f"{path} is an MDS shard: give its folder (with index.json) as the "
                           "input, not its shards")
     if by_magic:  # a container's own mark: the content says what it is

@@ -49,3 +49,12 @@ def test_an_mds_index_without_the_fields_read_is_one_line(tmp_path, entry, named
                                       stats):
             formats.READERS[src.format].blocks(src, formats.Options())
     assert named in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_mds_folder_without_its_index_says_the_index_is_missing(tmp_path):
+    folder = tmp_path / "mds"
+    folder.mkdir()
+    (folder / "shard.00000.mds").write_bytes(b"\1\0\0\0" + b"\0" * 64)
+    with pytest.raises(formats.FormatError, match="has no index.json"):
+        formats.sources_of(corpus.expand_paths(str(folder)), formats.Options(),
+                           corpus.CorpusStats())
