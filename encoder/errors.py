@@ -14,6 +14,7 @@ folder it owns.
 """
 import json
 import os
+import re
 import sys
 import time
 
@@ -136,11 +137,26 @@ def is_user_facing(e: BaseException) -> bool:
     return isinstance(e, (UserFacing, ValueError, OSError))
 
 
+# an atomic write's temporary name (PATH.tmpPID[.ext]): the user typed PATH
+_TEMP_NAME = re.compile(r"\.tmp\d+(\.\w+)?$")
+
+
+def _os_where(e: OSError) -> str:
+    """': PATH' of an OSError as the user gave it (not an atomic write's temporary name),
+    and, when PATH's folder is what is missing, that folder."""
+    if not e.filename:
+        return ""
+    path = _TEMP_NAME.sub("", str(e.filename))
+    folder = os.path.dirname(os.path.abspath(path))
+    if isinstance(e, FileNotFoundError) and not os.path.isdir(folder):
+        return f": {path} (its folder {folder} does not exist: create it first)"
+    return f": {path}"
+
+
 def message(e: BaseException) -> str:
     """The one line (or short block: a diff) a user reads."""
     if isinstance(e, OSError) and not isinstance(e, UserFacing) and e.strerror:
-        where = f": {e.filename}" if e.filename else ""
-        return f"{e.strerror}{where}"
+        return f"{e.strerror}{_os_where(e)}"
     if isinstance(e, KeyError) and e.args:
         return one_line(str(e.args[0]))
     if isinstance(e, UserFacing):  # ours: a diff keeps its lines
