@@ -145,6 +145,16 @@ def colbert_similarities(src, pairs: list, negatives: list, query_prefix: str,
     return out
 
 
+def _check_range(range_min: int, corpus_size: int, where: str) -> None:
+    """--range_min skips the top candidates of a corpus: past its size it skips them all,
+    and the output would hold pairs without a negative."""
+    if range_min >= corpus_size - 1:  # one of them is the pair's own positive
+        raise errors.UsageError(
+            f"--range_min={range_min} skips every candidate: {where} holds {corpus_size} "
+            f"passage(s), one of them each pair's positive; give --range_min below "
+            f"{max(corpus_size - 1, 0)} (or a larger --corpus)")
+
+
 def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
               num_negatives: int = 5, pooling: str = "", max_len: int = 128,
               query_prefix: str = "", passage_prefix: str = "", scores: bool = False,
@@ -168,6 +178,7 @@ def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
     else:
         corpus, skipped = sorted({p["text_b"] for p in pairs}), 0
         bodies = corpus
+    _check_range(filters.get("range_min", 0), len(corpus), corpus_path or pairs_path)
     # A titled BEIR document reads "title text" while a pair's text_b is the text alone
     # (api_retrieval's train.jsonl): the positive is found by either, at every row holding it.
     rows_of: dict = {}
