@@ -22,6 +22,7 @@ run, the MaxSim of its token vectors.
 another file; every option and input is checked before the model is read.
 """
 import json
+import math
 import os
 import tempfile
 
@@ -145,6 +146,15 @@ def colbert_similarities(src, pairs: list, negatives: list, query_prefix: str,
     return out
 
 
+def _check_finite(filters: dict) -> None:
+    """A NaN margin or score bound compares False with every score: it would filter nothing
+    and the run would look filtered."""
+    for name, value in filters.items():
+        if value is not None and not math.isfinite(float(value)):
+            raise errors.UsageError(f"--{name}={value}: expected a finite number (NaN or "
+                                    "infinity filters nothing)")
+
+
 def _check_range(range_min: int, corpus_size: int, where: str) -> None:
     """--range_min skips the top candidates of a corpus: past its size it skips them all,
     and the output would hold pairs without a negative."""
@@ -161,13 +171,19 @@ def mine_file(init_from: str, pairs_path: str, out: str, corpus_path: str = "",
               **filters) -> dict:
     # Everything that can be refused is, before the model is loaded or a text embedded.
     mining.candidates(num_negatives, filters.get("range_min", 0), filters.get("range_max", 0))
+    _check_finite(filters)
     _check_input("--pairs", pairs_path)
     if corpus_path:
         _check_input("--corpus", corpus_path)
     check_out(out, {"--pairs": pairs_path, "--corpus": corpus_path})
     pairs = read_pairs(pairs_path)
     if corpus_path:
-        docs, skipped = beir._read_jsonl(corpus_path, ("_id", "text"))
+        try:
+            docs, skipped = beir._read_jsonl(corpus_path, ("_id", "text"))
+        except UnicodeDecodeError as e:
+            raise errors.UsageError(f"--corpus={corpus_path} is not UTF-8 text ({e.reason} "
+                                    f"at byte {e.start}): a BEIR corpus.jsonl is expected"
+                                    ) from None
         if not docs:
             raise errors.UsageError(
                 f"--corpus={corpus_path}: no document to mine from ({skipped} lines skipped: "

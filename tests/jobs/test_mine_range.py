@@ -30,3 +30,20 @@ def test_a_range_inside_the_corpus_reaches_the_model(tmp_path):
         mine.mine_file(str(tmp_path / "absent-model"), pairs, str(tmp_path / "out.jsonl"),
                        range_min=8)
     assert "range_min" not in str(e.value) and "absent-model" in str(e.value)
+
+
+@pytest.mark.parametrize("flag", ["relative_margin", "absolute_margin", "max_score"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_filter_is_refused(tmp_path, flag, value):
+    pairs = _pairs(tmp_path / "pairs.jsonl", 10)
+    with pytest.raises(errors.UsageError, match=f"--{flag}={value}: expected a finite"):
+        mine.mine_file(str(tmp_path / "m"), pairs, str(tmp_path / "out.jsonl"),
+                       **{flag: value})
+
+
+def test_a_corpus_that_is_not_text_is_named(tmp_path):
+    pairs = _pairs(tmp_path / "pairs.jsonl", 10)
+    (tmp_path / "c.parquet").write_bytes(b"PAR1\xa4\xff\x00binary")
+    with pytest.raises(errors.UsageError, match="--corpus=.*c.parquet is not UTF-8"):
+        mine.mine_file(str(tmp_path / "m"), pairs, str(tmp_path / "out.jsonl"),
+                       corpus_path=str(tmp_path / "c.parquet"))
