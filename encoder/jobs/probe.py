@@ -221,6 +221,12 @@ def read_task(folder: str, max_train: int = 0, seed: int = 0):
         missing = [ex["_where"] for ex in examples if "label" not in ex]
         if missing:
             raise tasks_lib.TaskDataError(f"{missing[0]}: no 'label' field ({split} needs one)")
+    if TASKS[kind].probe != "token" and not tasks_table.lookup(kind).numeric_labels:
+        # a dev label no training row has is scored 0 by any probe: refused as fine-tuning
+        # refuses it, before a layer table that would read as "nothing is decodable"
+        seen = LabelSet(sorted({str(ex["label"]) for ex in train}))
+        for ex in dev:
+            seen.index(str(ex["label"]), ex["_where"])
     if max_train and len(train) > max_train:
         idx = np.random.default_rng(seed).choice(len(train), max_train, replace=False)
         train = [train[i] for i in sorted(idx)]
