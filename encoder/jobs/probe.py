@@ -36,9 +36,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from encoder.checkpoints import sources
+from encoder.data import overlap
 from encoder.eval import inference
 from encoder.tasks import readers as tasks_lib
 from encoder.tasks import table as tasks_table
+from encoder.tasks import files as task_files
 from encoder.tasks.files import LabelSet
 from encoder.tasks.table import TASKS
 from encoder.tasks.tagging import Tagging, featurize_tagging
@@ -227,6 +229,11 @@ def read_task(folder: str, max_train: int = 0, seed: int = 0):
         seen = LabelSet(sorted({str(ex["label"]) for ex in train}))
         for ex in dev:
             seen.index(str(ex["label"]), ex["_where"])
+    # held out by content, as fine-tuning, `baselines` and the suite hold it (data/overlap.py)
+    for line in task_files.refuse_training_rows(
+            train, os.path.join(folder, "train.jsonl"),
+            {"dev": (os.path.join(folder, "dev.jsonl"), dev)}):
+        overlap.say(line)
     if max_train and len(train) > max_train:
         idx = np.random.default_rng(seed).choice(len(train), max_train, replace=False)
         train = [train[i] for i in sorted(idx)]

@@ -26,3 +26,14 @@ def test_dev_labels_all_seen_are_read(tmp_path):
     _write(tmp_path / "dev.jsonl", [{"text": "d0", "label": 1}, {"text": "d1", "label": 0}])
     train, dev, _ = probe.read_task(str(tmp_path))
     assert len(train) == 20 and len(dev) == 2
+
+
+def test_dev_rows_that_are_training_rows_are_refused_by_content(tmp_path):
+    rows = [{"text": f"example number {i}", "label": ["a", "b"][i % 2]} for i in range(40)]
+    _write(tmp_path / "train.jsonl", rows)
+    # the same texts, spaced differently, keys in another order: a copy all the same
+    _write(tmp_path / "dev.jsonl", [{"label": r["label"], "text": "  " + r["text"] + " "}
+                                    for r in rows[:10]])
+    with pytest.raises(readers.TaskDataError, match="10 of 10 held-out rows .* are also "
+                       "training rows"):
+        probe.read_task(str(tmp_path))
