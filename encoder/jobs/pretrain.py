@@ -24,7 +24,7 @@ from encoder.checkpoints import store
 from encoder.data import pipeline
 from encoder.interop import origin
 from encoder.eval import evaluators
-from encoder.jobs import evals, pretrain_sources, skeleton
+from encoder.jobs import evals, pretrain_checks, pretrain_sources, skeleton
 from encoder.jobs.pretrain_checks import check_fits, validate  # noqa: F401 (the job's checks)
 from encoder.objectives import objectives, pretraining
 from encoder.train import experiment as experiment_lib, flops, loop, metrics_io, optimizer
@@ -102,7 +102,7 @@ def build(config, workdir: str, mesh, plan: phases_lib.Plan) -> experiment_lib.E
     data = _open_data(plan.phases[0].config, workdir)
     logging.info("data: %s", data.description)
     tok = data.tokenizer
-    line = unknown_tokens(data.token_counts, tok, bool(config.init_from))
+    line = pretrain_checks.unknown_tokens(data.token_counts, tok, bool(config.init_from))
     if line:
         report(line)
     vocab = pretrain_sources.vocabulary(config, tok.vocab_size)
@@ -155,7 +155,7 @@ def _segment(run: Run, phase) -> experiment_lib.Parts:
         time_budget_s=float(base.train.get("time_budget_s", 0.0)))
 
     def batches(data_state, step: int, previous):
-        report(data_passes(len(data.train), phase.steps, cfg.train.batch_size,
+        report(pretrain_checks.data_passes(len(data.train), phase.steps, cfg.train.batch_size,
                            cfg.data.seq_len))
         if previous is not None and previous.phase.stream == phase.stream:
             return phases_lib.Batches(previous.stream, phase, step)
@@ -229,31 +229,3 @@ def _begin(run: Run, start, writer, said: list) -> None:
             writer.write(step0, row)
             report(f"step {step0} (init_from {cfg.init_from}, before training): " + ", ".join(
                 f"{k}={v:.4g}" for k, v in row.items()))
-
-
-def unknown_tokens(counts, tok, always: bool = False) -> str | None:
-    """The share of the training tokens the tokenizer spells as its unknown token: said when
-    it is more than a trace (a source's vocabulary that cannot spell this corpus: its
-    held-out figures would count [UNK] as a word), and always for a run from a source."""
-    total = int(counts.sum())
-    unk = int(counts[tok.unk_id]) if 0 <= tok.unk_id < len(counts) else 0
-    share = unk / total if total else 0.0
-    if not total or (share < 0.001 and not always):
-        return None
-    line = (f"data: {share:.1%} of the training tokens ({unk:,} of {total:,}) are the unknown "
-            f"token {tok.id_to_piece(tok.unk_id)!r}")
-    if share >= 0.05:
-        line += (": the tokenizer cannot spell much of this corpus (a vocabulary of another "
-                 "language or script?); masked-token figures count it as a word")
-    return line
-
-
-def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
-    """How many times the run reads its training data (the main job reads the 435k-token
-    stdlib corpus 11 times); past a few passes the train/held-out gap is worth watching."""
-    epochs = steps * batch_size / max(rows, 1)
-    line = (f"data: {rows:,} training rows of {seq_len} tokens; {steps:,} steps x {batch_size} "
-            f"rows read it {epochs:.1f} times")
-    if epochs > 4:
-        line += " (many passes over a small corpus: watch the train/held-out gap)"
-    return line

@@ -1,4 +1,5 @@
-"""Every check a pretraining config gets before data or a tokenizer is touched.
+"""Every check a pretraining config gets before data or a tokenizer is touched, and the
+lines a run says about the data it opened (unknown tokens, passes over the corpus).
 
 `validate` returns the run's phase plan (encoder/train/phases.py), computed once per
 run; `check_fits` sizes each phase's step against the devices' memory.
@@ -85,3 +86,31 @@ def check_fits(config, plan: phases_lib.Plan, devices=None) -> None:
         memory.check_fits(c.model, c.train.batch_size, c.train.get("grad_accum_steps", 1),
                           c.data.seq_len, devices,
                           f"phase {ph.name!r}: " if config.get("phases") else "")
+
+
+def unknown_tokens(counts, tok, always: bool = False) -> str | None:
+    """The share of the training tokens the tokenizer spells as its unknown token: said when
+    it is more than a trace (a source's vocabulary that cannot spell this corpus: its
+    held-out figures would count [UNK] as a word), and always for a run from a source."""
+    total = int(counts.sum())
+    unk = int(counts[tok.unk_id]) if 0 <= tok.unk_id < len(counts) else 0
+    share = unk / total if total else 0.0
+    if not total or (share < 0.001 and not always):
+        return None
+    line = (f"data: {share:.1%} of the training tokens ({unk:,} of {total:,}) are the unknown "
+            f"token {tok.id_to_piece(tok.unk_id)!r}")
+    if share >= 0.05:
+        line += (": the tokenizer cannot spell much of this corpus (a vocabulary of another "
+                 "language or script?); masked-token figures count it as a word")
+    return line
+
+
+def data_passes(rows: int, steps: int, batch_size: int, seq_len: int) -> str:
+    """How many times the run reads its training data (the main job reads the 435k-token
+    stdlib corpus 11 times); past a few passes the train/held-out gap is worth watching."""
+    epochs = steps * batch_size / max(rows, 1)
+    line = (f"data: {rows:,} training rows of {seq_len} tokens; {steps:,} steps x {batch_size} "
+            f"rows read it {epochs:.1f} times")
+    if epochs > 4:
+        line += " (many passes over a small corpus: watch the train/held-out gap)"
+    return line

@@ -30,10 +30,10 @@ def test_fsdp_shards_parameters(shared_data, tmp_path):
 
 
 def test_the_run_says_how_many_times_it_reads_its_data():
-    from encoder.jobs import pretrain
-    once = pretrain.data_passes(rows=400, steps=50, batch_size=8, seq_len=128)
+    from encoder.jobs import pretrain_checks
+    once = pretrain_checks.data_passes(rows=400, steps=50, batch_size=8, seq_len=128)
     assert "read it 1.0 times" in once and "many passes" not in once
-    many = pretrain.data_passes(rows=3398, steps=1200, batch_size=32, seq_len=128)
+    many = pretrain_checks.data_passes(rows=3398, steps=1200, batch_size=32, seq_len=128)
     assert "read it 11.3 times" in many and "many passes" in many
 
 

@@ -3,7 +3,7 @@ when 82% of a corpus became [UNK]): all-MiniLM-L6-v2's WordPiece on Cherokee and
 import numpy as np
 
 from encoder.data import tokenizer as tokenizer_lib
-from encoder.jobs import pretrain
+from encoder.jobs import pretrain_checks
 from helpers import minilm_dir
 
 
@@ -18,7 +18,7 @@ def test_the_unknown_token_rate_is_said():
     counts, ids = _counts(tok, texts)
     unk = ids.count(tok.unk_id)
     assert unk > len(ids) / 2
-    line = pretrain.unknown_tokens(counts, tok)
+    line = pretrain_checks.unknown_tokens(counts, tok)
     assert line.startswith(f"data: {unk / len(ids):.1%} of the training tokens ({unk:,} of "
                            f"{len(ids):,}) are the unknown token '[UNK]'")
     assert "cannot spell much of this corpus" in line
@@ -27,6 +27,6 @@ def test_the_unknown_token_rate_is_said():
 def test_english_is_quiet_unless_the_run_continues_a_source():
     tok = tokenizer_lib.load(minilm_dir())
     counts, ids = _counts(tok, ["the cat sat on the mat"] * 5)
-    assert pretrain.unknown_tokens(counts, tok) is None
-    assert pretrain.unknown_tokens(counts, tok, always=True) == (
+    assert pretrain_checks.unknown_tokens(counts, tok) is None
+    assert pretrain_checks.unknown_tokens(counts, tok, always=True) == (
         f"data: 0.0% of the training tokens (0 of {len(ids):,}) are the unknown token '[UNK]'")
