@@ -14,6 +14,21 @@ flags.DEFINE_string("bench_dir", "", "prepare: where corpora go (default: a temp
 FLAGS = flags.FLAGS
 
 
+def _all_positive(kind):
+    """A list flag's validator: each item a number of `kind` > 0, checked before any corpus
+    is written (a size of -1 MB once ended in prepare's own traceback, a folder later)."""
+    def check(values) -> bool:
+        try:
+            return all(kind(v) > 0 and kind(v) == float(v) for v in values)
+        except ValueError:
+            return False
+    return check
+
+
+flags.register_validator("sizes_mb", _all_positive(float), "each --sizes_mb a size in MB > 0")
+flags.register_validator("workers", _all_positive(int), "each --workers a count >= 1")
+
+
 def _tree_rss(pid: int) -> int:
     """Resident bytes of a process and all its descendants (Linux /proc)."""
     import os
