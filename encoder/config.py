@@ -412,6 +412,12 @@ def merge_sources(base, over, where: str = "") -> dict:
         if not isinstance(fields, dict) and not hasattr(fields, "to_dict"):
             raise ValueError(f"{where}: data.sources.{name} must be a dict of its fields "
                              f"(files, format, text_field, weight), got {fields!r}")
+        if name not in out and "files" not in plain(fields):
+            # a new name with no files would read the embedded corpus: most often a typo
+            raise ValueError(f"{where}: data.sources.{name} is not among the declared "
+                             f"sources ({', '.join(sorted(out)) or 'none'}) and gives no "
+                             "files: to add a source, give its files (files='' for the "
+                             "embedded corpus)")
         out[name] = {**(out.get(name) or {}), **plain(fields)}
     return out
 

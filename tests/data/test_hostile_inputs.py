@@ -58,3 +58,16 @@ def test_an_mds_folder_without_its_index_says_the_index_is_missing(tmp_path):
     with pytest.raises(formats.FormatError, match="has no index.json"):
         formats.sources_of(corpus.expand_paths(str(folder)), formats.Options(),
                            corpus.CorpusStats())
+
+
+def test_a_phase_naming_an_undeclared_source_without_files_is_refused():
+    from encoder import config as config_lib
+    base = dict(web=config_lib.mixture_source("/data/web.txt"))
+    with pytest.raises(ValueError, match="phase 'decay': data.sources.wbe is not among the "
+                       "declared sources \\(web\\) and gives no files"):
+        config_lib.merge_sources(base, dict(wbe=dict(weight=1.0)), "phase 'decay'")
+    # a new source with its files, and a declared one changed, are what phases may do
+    got = config_lib.merge_sources(base, dict(web=dict(weight=0.5),
+                                              code=dict(files="/data/code.txt", weight=1.0)))
+    assert got["web"]["weight"] == 0.5 and got["web"]["files"] == "/data/web.txt"
+    assert got["code"]["files"] == "/data/code.txt"
