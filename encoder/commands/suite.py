@@ -15,6 +15,7 @@ resumed. The conventions are in encoder/studies/suite/presets.py. --baseline
 scores a method with no model (TF-IDF bag of words, the majority class, or BM25
 for the retrieval tasks) on the same data into the same files (encoder/studies/suite/baseline.py).
 """
+import math
 import os
 import shutil
 
@@ -68,6 +69,35 @@ flags.DEFINE_bool("watch_follow_job", False, "--watch: wait for the run to start
                   "job has ended (its exit record), finished or not (what `encoder ablate` "
                   "--watch starts)")
 FLAGS = flags.FLAGS
+
+# the integer flags' ranges: (smallest value, a value below it that means "the preset's"
+# or None, what the range says); checked as flags, before tasks are built or a run starts
+INTEGER_RANGES = {
+    "seeds": (0, None, "0 (the preset's) or a count of seeds"),
+    "epochs": (1, -1, "-1 (the preset's per task) or a count of epochs >= 1"),
+    "parallel": (1, None, "a count of runs at once >= 1"),
+    "max_train": (0, -1, "-1 (the preset's), 0 (all) or a count of examples"),
+    "max_eval": (0, -1, "-1 (the preset's), 0 (all) or a count of examples"),
+    "train_per_class": (0, None, "0 (off) or k examples per class"),
+    "probe_max_train": (1, None, "a count of examples >= 1"),
+}
+
+
+def _in_range(low: int, special):
+    return lambda v: v is None or v >= low or (special is not None and v == special)
+
+
+def _learning_rates(values) -> bool:
+    try:
+        return all(math.isfinite(float(v)) and float(v) > 0 for v in values)
+    except ValueError:
+        return False
+
+
+for _name, (_low, _special, _says) in INTEGER_RANGES.items():
+    flags.register_validator(_name, _in_range(_low, _special), f"expected {_says}")
+flags.register_validator("learning_rates", _learning_rates,
+                         "each learning rate a finite number > 0")
 
 
 # What a suite's folder holds before its first score, all rebuilt by a rerun.
