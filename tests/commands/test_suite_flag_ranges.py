@@ -17,3 +17,15 @@ def test_a_flag_out_of_range_is_refused_before_anything_is_built(tmp_path, flag,
     lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
     assert p.returncode == 1 and len(lines) == 1 and said in lines[0], p.stderr[-2000:]
     assert not (tmp_path / "s").exists()
+
+
+def test_a_finetune_set_value_out_of_range_is_refused_once_before_any_run():
+    import types
+    from encoder.studies.suite import plan
+    opts = types.SimpleNamespace(finetune_set=("finetune.dropout=2",))
+    task = types.SimpleNamespace(type="classification", kind="finetune", name="topic")
+    with pytest.raises(ValueError, match="--finetune_set: finetune.dropout must be a number "
+                       "in \\[0, 1\\)"):
+        plan.check_sets([task], {"pooling": "cls"}, opts)
+    plan.check_sets([task], {"pooling": "cls"},
+                    types.SimpleNamespace(finetune_set=("finetune.dropout=0.2",)))

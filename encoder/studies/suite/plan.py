@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import os
 
+from encoder import ranges
 from encoder.eval import identity
 from encoder.studies import jobconfig, records, runner
 from encoder.studies.suite import presets, report
@@ -102,8 +103,10 @@ def check_sets(tasks: list, preset: dict, opts: SuiteOptions) -> None:
     if not sets:
         return
     for task_type in sorted({t.type for t in tasks if t.kind == "finetune"}):
-        jobconfig.override(_experiment(f"{FINETUNE_EXPERIMENT}:task={task_type},"
-                                       f"pooling={preset['pooling']}"), sets)
+        config = jobconfig.override(_experiment(f"{FINETUNE_EXPERIMENT}:task={task_type},"
+                                                f"pooling={preset['pooling']}"), sets)
+        # the values' ranges too, once here, not once per run as each run fails on them
+        ranges.check(config, where="--finetune_set")
 
 
 def plan(tasks: list, prepared: dict, preset: dict, opts: SuiteOptions, root: str,
