@@ -14,6 +14,8 @@ flags.DEFINE_integer("max_tokens", 20000, "training words per tagging probe (0: 
                      lower_bound=0)
 flags.DEFINE_integer("max_len", 128, "tokens per input", lower_bound=2)
 flags.DEFINE_integer("seed", 0, "subsampling, control shuffle and random-init seed")
+flags.DEFINE_float("max_held_out_overlap", 0.01, "the largest share of dev rows that may "
+                   "also be training rows (by content)", lower_bound=0.0, upper_bound=1.0)
 FLAGS = flags.FLAGS
 
 
@@ -26,4 +28,4 @@ def main(argv):
     from encoder.jobs import probe
     f = FLAGS
     probe.probe(f.init_from, f.tasks, f.out, f.random_init, f.max_train, f.max_tokens,
-                f.max_len, f.seed)
+                f.max_len, f.seed, f.max_held_out_overlap)

@@ -204,7 +204,8 @@ def probed(kind: str) -> bool:
     return kind in TASKS and bool(TASKS[kind].probe)
 
 
-def read_task(folder: str, max_train: int = 0, seed: int = 0):
+def read_task(folder: str, max_train: int = 0, seed: int = 0,
+              max_overlap: float = overlap.MAX_SHARE):
     """(train, dev, kind) from a task folder; train subsampled to max_train examples (0: all)."""
     kind = tasks_table.DEFAULT
     meta = os.path.join(folder, "task.json")
@@ -232,7 +233,8 @@ def read_task(folder: str, max_train: int = 0, seed: int = 0):
     # held out by content, as fine-tuning, `baselines` and the suite hold it (data/overlap.py)
     for line in task_files.refuse_training_rows(
             train, os.path.join(folder, "train.jsonl"),
-            {"dev": (os.path.join(folder, "dev.jsonl"), dev)}):
+            {"dev": (os.path.join(folder, "dev.jsonl"), dev)}, max_overlap,
+            "--max_held_out_overlap"):
         overlap.say(line)
     if max_train and len(train) > max_train:
         idx = np.random.default_rng(seed).choice(len(train), max_train, replace=False)
@@ -262,7 +264,8 @@ def heatmap(table: dict, path: str) -> None:
 
 
 def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train: int = 2000,
-          max_tokens: int = 20000, max_len: int = 128, seed: int = 0) -> dict:
+          max_tokens: int = 20000, max_len: int = 128, seed: int = 0,
+          max_overlap: float = overlap.MAX_SHARE) -> dict:
     """Per-layer probes of the model at init_from on each task folder; writes
     out/probes.json and out/probes.png and returns the scores."""
     from encoder import errors
@@ -278,7 +281,7 @@ def probe(init_from: str, tasks, out: str, random_init: bool = False, max_train:
     params = random_params(src.model_cfg, seed) if random_init else src.params
     scores = {}
     for folder in tasks:
-        train, dev, kind = read_task(folder, max_train, seed)
+        train, dev, kind = read_task(folder, max_train, seed, max_overlap)
         name = os.path.basename(os.path.normpath(folder))
         scores[name] = probe_examples(src.model_cfg, params, src.tokenizer, train, dev, kind,
                                       max_len, seed, max_tokens)

@@ -37,3 +37,14 @@ def test_dev_rows_that_are_training_rows_are_refused_by_content(tmp_path):
     with pytest.raises(readers.TaskDataError, match="10 of 10 held-out rows .* are also "
                        "training rows"):
         probe.read_task(str(tmp_path))
+
+
+def test_a_larger_shared_share_is_accepted_when_asked(tmp_path):
+    rows = [{"text": f"example number {i}", "label": ["a", "b"][i % 2]} for i in range(40)]
+    _write(tmp_path / "train.jsonl", rows)
+    _write(tmp_path / "dev.jsonl", rows[:1] + [{"text": f"other {i}", "label": "a"}
+                                               for i in range(9)])
+    with pytest.raises(readers.TaskDataError, match="--max_held_out_overlap=SHARE"):
+        probe.read_task(str(tmp_path))
+    _, dev, _ = probe.read_task(str(tmp_path), max_overlap=0.2)
+    assert len(dev) == 10
