@@ -342,3 +342,14 @@ def teacher_scores(examples: list, k: int) -> np.ndarray | None:
         s = ex["scores"][:1 + k]
         out[i, :len(s)] = s
     return out
+
+
+def _rank_metrics(sims, gold):
+    """recall@1, MRR@10, nDCG@10 with one relevant column per row (gold [N])."""
+    own = sims[np.arange(len(gold)), gold]
+    rank = np.sum(sims > own[:, None], axis=1)  # 0-based; ties resolved in the query's favour
+    in10 = rank < 10
+    return {"recall_at_1": float(np.mean(rank == 0)),
+            "mrr_at_10": float(np.mean(np.where(in10, 1.0 / (rank + 1), 0.0))),
+            "ndcg_at_10": float(np.mean(np.where(in10, 1.0 / np.log2(rank + 2), 0.0)))}, \
+        np.argmax(sims, axis=1)

@@ -219,3 +219,27 @@ def test_the_suites_retriever_table_scores_each_method_side_by_side(beir_task, t
     assert md.count("\n| ") == 6 and "terms/doc" in md
     assert 0 < table["plaid"]["recall_vs_exact_at_10"] <= 1
     assert table["plaid"]["bytes_per_token"] < table["plaid"]["float32_bytes_per_token"] / 8
+
+
+@pytest.mark.parametrize("head", ["dense", "sparse"])
+def test_dev_scoring_ranks_each_positive_among_the_splits(head):
+    """The task's score: recall@1 / MRR@10 / nDCG@10 of each query's own positive among the
+    split's distinct positives, by the head's own similarity (SPLADE: dot products)."""
+    cfg = tiny_cfg()
+    task = task_of(head=head)
+    model, params, _ = init(task, cfg)
+    batch = _sparse_batch()
+    out = task.forward(model, params, batch)
+    examples = [{"text_b": f"p{i}"} for i in range(8)]
+    metrics, preds = task.score(jax.tree.map(np.asarray, out), examples,
+                                {k: np.asarray(v) for k, v in batch.items()}, None)
+    key = "sparse" if head == "sparse" else "pooled"
+    a, b = np.asarray(out["a"][key]), np.asarray(out["b"][key])
+    if head == "dense":
+        a, b = a / np.linalg.norm(a, axis=1, keepdims=True), b / np.linalg.norm(b, axis=1,
+                                                                             keepdims=True)
+    sims = a @ b.T
+    want = np.mean(np.argmax(sims, axis=1) == np.arange(8))
+    assert metrics["recall_at_1"] == pytest.approx(want)
+    assert [p["nearest"] for p in preds] == np.argmax(sims, axis=1).tolist()
+    assert 0 <= metrics["ndcg_at_10"] <= 1 and metrics["mrr_at_10"] >= metrics["recall_at_1"]
