@@ -182,7 +182,10 @@ def _evaluate(config, workdir: str) -> dict:
                          "MLM-pretrained model (for ELECTRA, the generator is the MLM)")
     source, data = _held_out(config, p, proto)
     if source is None:
-        raise ValueError("no validation documents to evaluate on: give "
+        given = config.data.get("valid_files", "")
+        raise ValueError(f"no validation documents to evaluate on in --config.data.valid_files="
+                         f"{given} (empty, or no document long enough for a row)" if given
+                         else "no validation documents to evaluate on: give "
                          "--config.data.valid_files")
     source = pipeline.as_source(source)
     n = min(max(1, proto["max_tokens"] // proto["seq_len"]), len(source))
