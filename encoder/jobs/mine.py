@@ -46,6 +46,11 @@ def encoder_of(init_from: str, pooling: str = "", max_len: int = 128, batch_size
     """(encode(texts) -> [N, D] unit vectors, pooling) for a start source, sharded (and the
     source itself as a third value when asked)."""
     src = sources.load(init_from)
+    positions = int(src.model_cfg.max_position)
+    if max_len > positions:  # relative positions compute past it; memory is what ends it
+        raise errors.UsageError(f"--max_len={max_len} is past the {positions} positions "
+                                f"{init_from} was built for (model.max_position): give "
+                                f"--max_len={positions} or less")
     run = src.run_config
     pooling = pooling or (run.get("pooling", "mean") if run is not None else "mean")
     mesh = partitioning.make_mesh({"data": -1, "fsdp": 1})

@@ -47,3 +47,9 @@ def test_a_corpus_that_is_not_text_is_named(tmp_path):
     with pytest.raises(errors.UsageError, match="--corpus=.*c.parquet is not UTF-8"):
         mine.mine_file(str(tmp_path / "m"), pairs, str(tmp_path / "out.jsonl"),
                        corpus_path=str(tmp_path / "c.parquet"))
+
+
+def test_a_length_past_the_models_positions_is_refused(tmp_path, tiny_pretrained):
+    pairs = _pairs(tmp_path / "pairs.jsonl", 10)
+    with pytest.raises(errors.UsageError, match="--max_len=100000 is past the 512 positions"):
+        mine.mine_file(tiny_pretrained, pairs, str(tmp_path / "out.jsonl"), max_len=100000)
