@@ -173,6 +173,25 @@ def _store(cache: str, name: str, record: dict) -> None:
         pass
 
 
+def _document_rules(manifests: list) -> set:
+    return {bool((m.get("settings") or {}).get("one_doc_per_line")) for m in manifests
+            if isinstance(m, dict) and "settings" in m}
+
+
+def unit_mismatch(held: list, training: list, held_name: str, train_name: str) -> str | None:
+    """The line to say when held-out and training documents were cut by different rules
+    (one a line against blank-line blocks, from the prepared folders' manifests): the
+    document keys cannot meet, so shared lines are not measured, whatever the count said."""
+    h, t = _document_rules(held), _document_rules(training)
+    if not h or not t or h & t:
+        return None
+    rule = {True: "one document a line", False: "documents cut at blank lines"}
+    return (f"{held_name} has {rule[h.pop()]}, {train_name} has {rule[t.pop()]}: their "
+            "overlap was measured by whole document, so lines they share are not seen; its "
+            "figures may include training text. Prepare both with the same rule "
+            "(--one_doc_per_line / data.one_doc_per_line)")
+
+
 def check_prepared(training: list, held_out: list, held_name: str, train_name: str,
                    cache: str = "", max_share: float = MAX_SHARE, accept: str = "",
                    quiet: bool = False) -> Overlap:

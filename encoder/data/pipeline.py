@@ -321,6 +321,9 @@ def _check_held_out(data_cfg, trained: list, held: list, cache: str, primary: bo
     overlap.check_prepared([(c, "train") for c in trained], held, held_name, train_name, cache,
                            data_cfg.get("max_held_out_overlap", overlap.MAX_SHARE),
                            "--config.data.max_held_out_overlap", quiet=not primary)
+    overlap.say(overlap.unit_mismatch([c.manifest for c, _ in held],
+                                      [c.manifest for c in trained], held_name, train_name),
+                quiet=not primary)
 
 
 def _valid_corpus(data_cfg, tok: Tokenizer, tok_path: str, cache: str, primary: bool,

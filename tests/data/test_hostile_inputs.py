@@ -71,3 +71,14 @@ def test_a_phase_naming_an_undeclared_source_without_files_is_refused():
                                               code=dict(files="/data/code.txt", weight=1.0)))
     assert got["web"]["weight"] == 0.5 and got["web"]["files"] == "/data/web.txt"
     assert got["code"]["files"] == "/data/code.txt"
+
+
+@pytest.mark.parametrize("held, trained, said", [
+    (False, True, "has documents cut at blank lines, T has one document a line"),
+    (True, False, "has one document a line, T has documents cut at blank lines"),
+    (True, True, None), (False, False, None)])
+def test_held_out_and_training_cut_by_different_rules_is_said(held, trained, said):
+    from encoder.data import overlap
+    line = overlap.unit_mismatch([{"settings": {"one_doc_per_line": held}}],
+                                 [{"settings": {"one_doc_per_line": trained}}], "H", "T")
+    assert (line is None) if said is None else (said in line and "not seen" in line)
