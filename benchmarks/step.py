@@ -186,7 +186,8 @@ def run():
         os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         if not _torch_installed():
             raise errors.UsageError(f"--against={against} needs PyTorch and transformers "
-                                    "(pip install -r requirements-bench.txt)")
+                                    "(requirements-test.txt pins both: pip install "
+                                    "torch==2.13.0 'transformers>=4.40')")
     config = experiment_config() if FLAGS.config is not None else bench_config()
     peak = chips.peak_flops_per_device()
     sides = build_sides(config, against)
