@@ -27,7 +27,8 @@ flags.DEFINE_integer("num_workers", 0, "worker processes (0: all cores)")
 flags.DEFINE_enum("tokenizer_type", "unigram", list(tokenizer_lib.TOKENIZER_TYPES),
                   "the tokenizer trained here: sentencepiece unigram or bpe, or byte-level BPE "
                   "(byte_bpe, a tokenizer.json folder)")
-flags.DEFINE_integer("sample_chars", 4_000_000, "tokenizer training sample")
+flags.DEFINE_integer("sample_chars", 4_000_000, "tokenizer training sample (characters)",
+                     lower_bound=1)
 flags.DEFINE_float("valid_fraction", 0.05, "held-out share of documents (content hash)")
 flags.DEFINE_bool("one_doc_per_line", False, "one document per line (else blank-line blocks)")
 flags.DEFINE_integer("max_line_chars", 100_000, "longer lines are skipped and counted")

@@ -82,3 +82,16 @@ def test_held_out_and_training_cut_by_different_rules_is_said(held, trained, sai
     line = overlap.unit_mismatch([{"settings": {"one_doc_per_line": held}}],
                                  [{"settings": {"one_doc_per_line": trained}}], "H", "T")
     assert (line is None) if said is None else (said in line and "not seen" in line)
+
+
+def test_prepare_refuses_an_empty_tokenizer_sample_as_a_flag(tmp_path):
+    import subprocess
+    import sys
+    (tmp_path / "a.txt").write_text("\n\n".join(DOCS[:50]))
+    p = subprocess.run([sys.executable, "-m", "encoder", "prepare", f"--input={tmp_path}/a.txt",
+                        f"--out={tmp_path}/out", "--sample_chars=0"],
+                       capture_output=True, text=True, timeout=300)
+    lines = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    assert p.returncode == 1 and lines == ["error: flag --sample_chars=0: 0 is not a positive "
+                                           "integer (--helpshort lists the flags)"], p.stderr
+    assert not (tmp_path / "out").exists()
