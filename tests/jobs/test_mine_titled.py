@@ -23,7 +23,8 @@ def _bag_of_words(texts):
 
 
 def test_a_titled_positive_is_no_negative(tmp_path, monkeypatch):
-    monkeypatch.setattr(mine, "encoder_of", lambda *a, **k: (_bag_of_words, "mean"))
+    monkeypatch.setattr(mine, "encoder_of", lambda *a, source=False, **k: (
+        (_bag_of_words, "mean", None) if source else (_bag_of_words, "mean")))
     write_jsonl(tmp_path / "pairs.jsonl", [{"text_a": "alpha beta", "text_b": "alpha beta gamma"}])
     write_jsonl(tmp_path / "corpus.jsonl", [
         {"_id": "f", "title": "mod.f", "text": "alpha beta gamma"},    # the positive
