@@ -129,8 +129,10 @@ def check_texts(held_out: list[str], training: Iterable[str], held_name: str,
 # ------------------------------------------------------------- prepared corpora
 
 def split_keys(corpus, split: str) -> Iterator[bytes]:
-    """Each document's key of one split of a prepared corpus, shard by shard."""
+    """Each document's key of one split of a prepared corpus, shard by shard (each shard
+    checked against the manifest first: a truncated one is named, as training names it)."""
     from array_record.python import array_record_module
+    corpus.verify(split)
     for shard in corpus.shards[split]:
         path = os.path.join(corpus.folder, shard.file)
         reader = array_record_module.ArrayRecordReader(path, "readahead_buffer_size:0")

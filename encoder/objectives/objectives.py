@@ -84,7 +84,8 @@ def _check_generator(config) -> None:
     a size it cannot take is named as the generator's, with the fraction that makes it."""
     m, e = config.model, config.electra
     gen = generator_config(m, e.generator_fraction, e.generator_layers)
-    try:
+    gen.embedding_size = 0  # the generator reads the shared E-wide tables through its own
+    try:                    # projection: E past its width is ELECTRA's design, not an error
         models.validate_config(gen)
     except ValueError as err:
         raise ValueError(
