@@ -116,7 +116,7 @@ def test_a_phase_value_of_the_wrong_kind_is_one_line_and_leaves_no_workdir(tmp_p
     rc, _, err = run_module("encoder", "run", "--config=experiments/pretrain.py:runlocal",
                             '--config.phases=({"name": "a", "steps": 2, '
                             '"train": {"batch_size": 2.5}},)', f"--workdir={wd}")
-    one_line(rc, err, "phase 'a': train.batch_size=2.5 must be a whole number")
+    one_line(rc, err, "phases[0] ('a'): train.batch_size must be an integer", "got 2.5")
     assert not wd.exists()
 
 
@@ -178,7 +178,7 @@ def test_suite_grid_mistakes_are_refused_before_data_and_leave_no_folder(tiny_pr
     wd = tmp_path / "suite"
     rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}",
                             "--learning_rates=-1e-3", f"--workdir={wd}")
-    one_line(rc, err, "--learning_rates must be positive numbers, got [-0.001]")
+    one_line(rc, err, "--learning_rates", "a finite number > 0")
     assert not wd.exists()  # the embedded tasks were not even built
     rc, _, err = run_module("encoder", "suite", f"--init_from={tiny_pretrained}",
                             f"--tasks={tasks}", "--finetune_set=finetune.bogus=1",

@@ -28,7 +28,8 @@ def test_baselines_on_null_text_name_the_line(tmp_path):
     one_line(rc, err, "bad.jsonl:4: 'text' is null; expected a string")
     assert not out.strip()
     dev = tmp_path / "dev.jsonl"
-    write_jsonl(dev, ROWS[::-1])  # a dev file of its own (the training file is refused)
+    write_jsonl(dev, [{**r, "text": r["text"].replace("a line", "a note")}  # rows of its own:
+                      for r in ROWS[::-1]])  # the training rows as dev are refused by content
     rc, out, err = run_module("encoder", "baselines", "--task=classification",
                               f"--train={good}", f"--dev={dev}")
     assert rc == 0 and "majority" in json.loads(out), err

@@ -69,6 +69,6 @@ def test_the_merge_command_and_its_flags(tmp_path, tiny_pretrained):
     assert done.returncode == 0, done.stderr
     assert '"method": "weighted"' in done.stdout
     assert sources.load(str(out)).kind == "params"
-    bad = subprocess.run([*cmd[:5], "--method=ties"], cwd=ROOT, env=env, capture_output=True,
+    bad = subprocess.run([*cmd[:6], "--method=ties"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=600)
     assert bad.returncode != 0 and "Unknown merge method 'ties'" in bad.stderr

@@ -11,8 +11,9 @@ def test_the_suite_probes_tagging_beside_classification_without_fine_tuning(tiny
     topic_task(tasks / "topic", n_train=32, n_dev=16)
     (tasks / "tags").mkdir()
     rows = [{"tokens": ex["tokens"], "tags": ex["tags"]} for ex in word_decided_tags(48, 0)]
-    for w in rows:  # the pretrained tokenizer's words, not the stub's
-        w["tokens"] = ["file" if t == "alpha" else "the" for t in w["tokens"]]
+    for i, w in enumerate(rows):  # the pretrained tokenizer's words, not the stub's; dev
+        other = "the" if i < 32 else "a"  # rows of their own (a dev row equal to a training
+        w["tokens"] = ["file" if t == "alpha" else other for t in w["tokens"]]  # one is refused)
     write_jsonl(tasks / "tags" / "train.jsonl", rows[:32])
     write_jsonl(tasks / "tags" / "dev.jsonl", rows[32:])
     (tasks / "tags" / "task.json").write_text('{"type": "tagging"}')
