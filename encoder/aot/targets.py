@@ -143,11 +143,32 @@ def load_cuda_compiler():
             f"{GPU_COMPILER_INSTALL} (or set {GPU_COMPILER_ENV} to where it is)")
     if xla_bridge._plugins_registered:  # noqa: SLF001 - discovery ran before the folder
         plugin.initialize()            # was on the path: register it by hand
+        _partitioners_for("cuda")
     else:
         xla_bridge._discover_and_register_pjrt_plugins()  # noqa: SLF001
     if "cuda" not in xla_bridge._topology_factories:  # noqa: SLF001
         raise errors.UsageError(f"the CUDA plugin in {gpu_compiler_dir()} did not register "
                                 f"(reinstall it: {GPU_COMPILER_INSTALL})")
+
+
+def _partitioners_for(platform: str) -> None:
+    """A plugin registered by hand after jax's plugin discovery misses the callbacks that
+    discovery runs for each plugin: custom_partitioning's lowering (the kernels' shard_map
+    partitioners) would be unknown to the CUDA compiler ("No registered implementation for
+    custom call to CustomSPMDPartitioning for platform CUDA") whenever anything imported
+    custom_partitioning before this compiler was loaded. Registered here for the new plugin."""
+    from jax._src import custom_partitioning as cp, xla_bridge
+    from jax._src.lib import xla_client
+    factory = xla_bridge._backend_factories.get(platform)  # noqa: SLF001
+    c_api = getattr(factory, "c_api", None)
+    if c_api is None:
+        return
+    xla_client.register_custom_call_partitioner(
+        cp._CUSTOM_PARTITIONING_CALL_NAME,  # noqa: SLF001
+        cp._custom_partitioning_propagate_user_sharding,  # noqa: SLF001
+        cp._custom_partitioning_partition,  # noqa: SLF001
+        cp._custom_partitioning_infer_sharding_from_operands,  # noqa: SLF001
+        can_side_effecting_have_replicated_sharding=True, c_api=c_api)
 
 
 def installed_cudnn() -> tuple[int, int, int]:

@@ -155,3 +155,17 @@ def test_the_fine_tuning_step_compiles_for_gpus_too():
     row = _compile(_config(rows=8, impl="auto"), job="finetune", task="classification")
     assert row["job"] == "finetune" and row["fits"]
     assert row["attention_kernels"]["cudnn"] == 2 * LAYERS, row["attention_notes"]
+
+
+def test_the_compiler_loaded_after_jax_started_knows_the_kernels_partitioners():
+    """A busy test worker (or a notebook) has started jax and imported custom_partitioning
+    before the CUDA compiler is loaded by hand: the kernels' shard_map partitioners must
+    still be registered for CUDA (they were not: "No registered implementation for custom
+    call to CustomSPMDPartitioning for platform CUDA")."""
+    code = ("import jax; jax.devices(); import jax.experimental.custom_partitioning\n"
+            "import sys; sys.path[:0] = ['tests', 'tests/e2e']\n"
+            "import test_gpu_compile as t\n"
+            "t.test_local_layers_run_on_blocks_and_global_layers_packed(); print('compiled')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=child_env(),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "compiled" in proc.stdout, proc.stderr[-2000:]
