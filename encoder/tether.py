@@ -86,6 +86,7 @@ def _stop() -> None:
 REDELIVER_S = 1.0
 _SEEN = threading.Event()  # a command caught the interrupt a SIGTERM raised
 _HOOK: list = []           # the unraisable hook ours replaced (one, the latest)
+_TIMERS: list = []         # re-sends not yet made
 
 
 def sigterm_interrupts():
@@ -134,16 +135,21 @@ def _dropped(unraisable) -> None:
             str(unraisable.exc_value).startswith("signal "):
         timer = threading.Timer(REDELIVER_S, _redeliver)
         timer.daemon = True
+        _TIMERS.append(timer)
         timer.start()
         return
     (_HOOK[0] if _HOOK else sys.__unraisablehook__)(unraisable)
 
 
 def _redeliver() -> None:
-    if not _SEEN.is_set():
+    # Only while our handler still holds SIGTERM: once a command has put back the handler it
+    # found (the default one ends the process, silently) a re-send would kill what follows.
+    if not _SEEN.is_set() and signal.getsignal(signal.SIGTERM) is _interrupt:
         os.kill(os.getpid(), signal.SIGTERM)
 
 
 def interrupt_seen() -> None:
     """The command caught the interrupt and is stopping: no more re-sends or raises."""
     _SEEN.set()
+    while _TIMERS:
+        _TIMERS.pop().cancel()

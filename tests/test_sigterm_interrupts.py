@@ -3,7 +3,9 @@ interrupt Python dropped (raised inside a callback from C) is sent again, and on
 command is stopping a second SIGTERM does not cut its stop short."""
 import os
 import signal
+import sys
 import time
+import types
 
 import pytest
 
@@ -60,6 +62,26 @@ def test_a_dropped_interrupt_is_sent_again_until_seen(installed, monkeypatch):
 def test_once_stopping_a_second_sigterm_is_not_raised(installed):
     tether.interrupt_seen()
     assert not _sleep_until_interrupted(0.5, _sigterm)
+
+
+def test_no_re_send_outlives_the_handler(monkeypatch):
+    """A dropped interrupt whose command then put back the handler it found is not sent
+    again: with the default handler back, that SIGTERM would end the process silently (it
+    ended a test worker a minute after this file's tests, the re-send delay they set)."""
+    monkeypatch.setattr(tether, "REDELIVER_S", 0.2)
+    got = []
+    recorder = lambda signum, frame: got.append(signum)  # noqa: E731
+    previous = signal.signal(signal.SIGTERM, recorder)
+    try:
+        with tether.sigterm_interrupting():
+            ours = types.SimpleNamespace(exc_value=KeyboardInterrupt("signal 15"))
+            sys.unraisablehook(ours)  # dropped: a re-send is due in 0.2 s
+        assert signal.getsignal(signal.SIGTERM) is recorder
+        time.sleep(0.6)
+        assert got == []
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        tether._SEEN.clear()
 
 
 def test_the_dropped_interrupt_is_not_printed_but_other_unraisables_are(installed,
