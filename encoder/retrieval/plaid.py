@@ -45,6 +45,9 @@ def assign(x: np.ndarray, c: np.ndarray, chunk: int = 65536) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, np.int32)
 
 
+PLUS_PLUS_MAX = 2048
+
+
 def plus_plus(x: np.ndarray, n: int, rng) -> np.ndarray:
     """k-means++ seeding (Arthur & Vassilvitskii 2007) on cosine distance 1 - <x, c>, over at
     most 64 n of the rows: each next centroid drawn with probability ~ distance^2."""
@@ -68,7 +71,9 @@ def kmeans(x: np.ndarray, n: int, iters: int = 10, seed: int = 0,
     if len(x) > sample:
         x = x[rng.choice(len(x), sample, replace=False)]
     n = min(n, len(x))
-    c = plus_plus(x, n, rng)
+    # k-means++ is n sequential passes over 64 n rows: past a few thousand centroids that is
+    # slower than the k-means itself, so distinct random rows seed it (faiss's default)
+    c = plus_plus(x, n, rng) if n <= PLUS_PLUS_MAX else x[rng.choice(len(x), n, replace=False)]
     for _ in range(iters):
         ids = assign(x, c)
         sums = np.zeros_like(c)
@@ -93,10 +98,14 @@ def unpack(packed: np.ndarray, bits: int) -> np.ndarray:
                   dtype=np.uint8)
 
 
+QUANTILE_SAMPLE = 262144  # residual rows the bucket tables are read from
+
+
 def quantiser(res: np.ndarray, bits: int):
     """Per coordinate k: cutoffs [K, 2^b - 1] at the quantiles of that coordinate's residuals
     and weights [K, 2^b], the mean residual each bucket holds (0 for an empty one). One table
-    per coordinate, not one for all: a model's coordinates differ in spread (MiniLM's by ~10x)."""
+    per coordinate, not one for all: a model's coordinates differ in spread (MiniLM's by
+    ~10x)."""
     levels = 1 << bits
     cutoffs = np.quantile(res, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
     buckets = bucketise(res, cutoffs)
@@ -104,13 +113,18 @@ def quantiser(res: np.ndarray, bits: int):
     for b in range(levels):
         hit = buckets == b
         n = hit.sum(axis=0)
-        weights[:, b] = np.where(n > 0, np.where(hit, res, 0.0).sum(axis=0) / np.maximum(n, 1), 0.0)
+        total = np.where(hit, res, np.float32(0)).sum(axis=0)
+        weights[:, b] = np.where(n > 0, total / np.maximum(n, 1), 0.0)
     return cutoffs, weights
 
 
-def bucketise(res: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
-    """[M, K] residuals -> [M, K] bucket ids by each coordinate's cutoffs."""
-    return np.sum(res[:, :, None] >= cutoffs[None], axis=2).astype(np.uint8)
+def bucketise(res: np.ndarray, cutoffs: np.ndarray, chunk: int = 32768) -> np.ndarray:
+    """[M, K] residuals -> [M, K] bucket ids by each coordinate's cutoffs (a chunk of rows at
+    a time: the comparison is [rows, K, 2^b - 1])."""
+    out = np.empty(res.shape, np.uint8)
+    for s in range(0, len(res), chunk):
+        out[s:s + chunk] = np.sum(res[s:s + chunk, :, None] >= cutoffs[None], axis=2)
+    return out
 
 
 @dataclasses.dataclass
@@ -148,41 +162,60 @@ class Index:
 
 
 def build(ids: list, vectors: list, masks: list, n_centroids: int = 0, bits: int = 2,
-          iters: int = 10, seed: int = 0) -> Index:
+          iters: int = 10, seed: int = 0, centroids: np.ndarray | None = None) -> Index:
     """An Index of per-document token vectors ([Td_i, K] unit) and masks ([Td_i]).
-    n_centroids 0: 2^floor(log2(16 sqrt(M))) (ColBERTv2's rule)."""
+    n_centroids 0: 2^floor(log2(16 sqrt(M))) (ColBERTv2's rule); `centroids` ([C, K] unit,
+    another index's) skip the k-means: one clustering serves several bit widths."""
     if bits not in range(1, 9):
         raise ValueError(f"bits must be 1 to 8, got {bits}")
-    real = [np.asarray(v, np.float32)[np.asarray(m) > 0] for v, m in zip(vectors, masks)]
-    lens = np.asarray([len(r) for r in real], np.int64)
-    x = _unit(np.concatenate(real)) if len(real) else np.zeros((0, 1), np.float32)
+    lens = np.asarray([int(np.sum(np.asarray(m) > 0)) for m in masks], np.int64)
+    width = np.asarray(vectors[0]).shape[-1] if len(vectors) else 1
+    x = np.empty((int(lens.sum()), width), np.float32)  # the real tokens, filled in place
+    at = 0
+    for v, m, n in zip(vectors, masks, lens):
+        x[at:at + n] = np.asarray(v)[np.asarray(m) > 0]
+        at += n
+    x = _unit(x)
     if x.shape[1] * bits % 8:
         raise ValueError(f"token width {x.shape[1]} x {bits} bits is not a whole number of "
                          "bytes")
     if not n_centroids:
         n_centroids = int(2 ** np.floor(np.log2(16 * np.sqrt(max(len(x), 1)))))
-    c = kmeans(x, n_centroids, iters, seed)
+    c = kmeans(x, n_centroids, iters, seed) if centroids is None else \
+        np.asarray(centroids, np.float32)
     codes = assign(x, c)
-    res = x - c[codes]
-    cutoffs, weights = quantiser(res, bits)
-    buckets = bucketise(res, cutoffs)
+    sample = np.random.default_rng(seed).choice(len(x), min(len(x), QUANTILE_SAMPLE),
+                                                replace=False)
+    cutoffs, weights = quantiser(x[sample] - c[codes[sample]], bits)
+    chunk = 65536  # residuals, buckets and bits a chunk of tokens at a time
+    packed = np.concatenate([pack(bucketise(x[s:s + chunk] - c[codes[s:s + chunk]], cutoffs),
+                                  bits) for s in range(0, len(x), chunk)]) if len(x) else \
+        np.zeros((0, width * bits // 8), np.uint8)
     doc_of = np.repeat(np.arange(len(lens), dtype=np.int32), lens)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(c) + 1))
     ivf = [np.unique(doc_of[order[bounds[j]:bounds[j + 1]]]).astype(np.int32)
            for j in range(len(c))]
     dtype = np.uint16 if len(c) <= 1 << 16 else np.int32
-    return Index(list(ids), c.astype(np.float32), codes.astype(dtype), pack(buckets, bits),
+    return Index(list(ids), c.astype(np.float32), codes.astype(dtype), packed,
                  cutoffs, weights, bits, doc_of,
                  np.concatenate([[0], np.cumsum(lens)]).astype(np.int64), ivf)
 
 
-def _maxsim_per_doc(sims: np.ndarray, doc_of: np.ndarray, n_docs: int) -> np.ndarray:
-    """[Tq, R] query-token x token similarities -> [n_docs] sum over query tokens of the
-    max over each document's tokens (doc_of: [R] document index 0..n_docs-1)."""
-    best = np.full((sims.shape[0], n_docs), -np.inf, np.float32)
-    np.maximum.at(best.T, doc_of, sims.T)
-    return np.sum(np.where(np.isfinite(best), best, 0.0), axis=0)
+def _maxsim_per_doc(sims: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """[Tq, R] query-token x token similarities, the R tokens in runs of `lens` (>= 1) per
+    document -> [len(lens)] the sum over query tokens of the max over each run's tokens."""
+    if not len(lens):
+        return np.zeros(0, np.float32)
+    starts = np.concatenate([[0], np.cumsum(lens)[:-1]])
+    return np.maximum.reduceat(sims, starts, axis=1).sum(axis=0)
+
+
+def _rows(index: Index, docs: np.ndarray):
+    """The token rows of `docs` (contiguous per document) and each document's token count."""
+    lens = np.diff(index.starts)[docs]
+    first = np.repeat(index.starts[docs] - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens)
+    return first + np.arange(int(lens.sum())), lens
 
 
 def search(index: Index, qv: np.ndarray, qm: np.ndarray, k: int = 10, nprobe: int = 4,
@@ -199,15 +232,11 @@ def search(index: Index, qv: np.ndarray, qm: np.ndarray, k: int = 10, nprobe: in
             out_ids.append([])
             out_scores.append([])
             continue
-        rows = np.concatenate([np.arange(index.starts[d], index.starts[d + 1]) for d in cand])
-        local = np.repeat(np.arange(len(cand)), np.diff(index.starts)[cand])
-        approx = _maxsim_per_doc(cs[:, index.codes[rows]], local, len(cand))
-        keep = np.argsort(-approx, kind="stable")[:ndocs]
-        keep_docs = cand[keep]
-        rows = np.concatenate([np.arange(index.starts[d], index.starts[d + 1])
-                               for d in keep_docs])
-        local = np.repeat(np.arange(len(keep_docs)), np.diff(index.starts)[keep_docs])
-        exact = _maxsim_per_doc(q @ index.decompress(rows).T, local, len(keep_docs))
+        rows, lens = _rows(index, cand)
+        approx = _maxsim_per_doc(cs[:, index.codes[rows]], lens)
+        keep_docs = cand[np.argsort(-approx, kind="stable")[:ndocs]]
+        rows, lens = _rows(index, keep_docs)
+        exact = _maxsim_per_doc(q @ index.decompress(rows).T, lens)
         top = np.argsort(-exact, kind="stable")[:k]
         out_ids.append([index.ids[keep_docs[j]] for j in top])
         out_scores.append([float(exact[j]) for j in top])

@@ -99,3 +99,11 @@ def test_each_coordinate_is_quantised_on_its_own_spread():
     err = np.sqrt(np.mean((back - res) ** 2, axis=0)) / res.std(axis=0)
     assert np.all(err < 0.4), err   # 2-bit Lloyd-Max on a Gaussian: ~0.34
     assert weights.shape == (8, 4) and np.all(np.diff(weights, axis=1) > 0)
+
+
+def test_given_centroids_skip_the_clustering_and_give_the_same_index():
+    ids, vecs, masks, qv, qm = _corpus(n=60)
+    a = plaid.build(ids, vecs, masks, n_centroids=16, bits=2)
+    b = plaid.build(ids, vecs, masks, bits=4, iters=0, centroids=a.centroids)
+    np.testing.assert_array_equal(a.codes, b.codes)
+    assert b.bytes_per_token == 2 + 32 * 4 / 8
