@@ -118,10 +118,11 @@ def quantiser(res: np.ndarray, bits: int):
     return cutoffs, weights
 
 
-def bucketise(res: np.ndarray, cutoffs: np.ndarray, chunk: int = 32768) -> np.ndarray:
-    """[M, K] residuals -> [M, K] bucket ids by each coordinate's cutoffs (a chunk of rows at
-    a time: the comparison is [rows, K, 2^b - 1])."""
+def bucketise(res: np.ndarray, cutoffs: np.ndarray) -> np.ndarray:
+    """[M, K] residuals -> [M, K] bucket ids by each coordinate's cutoffs (rows a chunk at a
+    time: the comparison is [rows, K, 2^b - 1] booleans, kept near 128 MiB)."""
     out = np.empty(res.shape, np.uint8)
+    chunk = max(1, 2**27 // max(cutoffs.size, 1))
     for s in range(0, len(res), chunk):
         out[s:s + chunk] = np.sum(res[s:s + chunk, :, None] >= cutoffs[None], axis=2)
     return out
