@@ -104,8 +104,10 @@ QUANTILE_SAMPLE = 262144  # residual rows the bucket tables are read from
 def quantiser(res: np.ndarray, bits: int):
     """Per coordinate k: cutoffs [K, 2^b - 1] at the quantiles of that coordinate's residuals
     and weights [K, 2^b], the mean residual each bucket holds (0 for an empty one). One table
-    per coordinate, not one for all: a model's coordinates differ in spread (MiniLM's by
-    ~10x)."""
+    per coordinate, not one for all: a coordinate whose spread differs from the rest (one of
+    MiniLM's residual coordinates is constant) keeps its own buckets. On MiniLM's tokens the
+    gain is small: recall@10 against exact 0.889 -> 0.895 at 2 bits, 0.931 -> 0.934 at 3
+    (3,000 passages, BUILD_NOTES)."""
     levels = 1 << bits
     cutoffs = np.quantile(res, np.arange(1, levels) / levels, axis=0).T.astype(np.float32)
     buckets = bucketise(res, cutoffs)
